@@ -1,0 +1,86 @@
+"""Test sessions: one per layer, each in a fresh virtual environment holding only that layer
+and what it declares (siblings installed from their folders here, never through a path in a
+pyproject). Adding a layer is adding one entry to LAYERS.
+
+    nox                      # every test session
+    nox -s test-heap         # one layer
+    nox -s demo              # the README demo
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).parent
+CPU_CONSTRAINTS = ROOT / "constraints-cpu.txt"
+TRITON_OLDEST, TRITON_NEWEST = "3.6.0", "3.9.0"
+
+nox.options.default_venv_backend = "virtualenv"
+nox.options.reuse_existing_virtualenvs = False
+nox.options.error_on_missing_interpreters = True
+
+
+@dataclass(frozen=True)
+class Layer:
+    dist: str  # the distribution under test
+    siblings: tuple[str, ...] = ()  # sibling distributions it needs, installed from their folders
+    extras: str = ""  # extras of `dist` to install
+    tritons: tuple[str, ...] = ()  # triton releases to test at (empty: triton is not a dependency)
+    backends: tuple[str, ...] = ()  # values of IRIS_TEST_BACKEND (empty: no backend axis)
+    env: dict = field(default_factory=dict)
+
+
+LAYERS = {
+    "heap": Layer("iris-heap"),
+}
+
+
+def _install(session: nox.Session, layer: Layer, triton: str | None) -> None:
+    pkgs = [str(ROOT / "packages" / d) for d in layer.siblings]
+    target = str(ROOT / "packages" / layer.dist)
+    pkgs.append(f"{target}[test{',' + layer.extras if layer.extras else ''}]")
+    pins = [f"triton=={triton}"] if triton else []
+    constraints = [] if _has_gpu() else ["-c", str(CPU_CONSTRAINTS)]
+    session.install(*constraints, *pins, *pkgs)
+
+
+def _has_gpu() -> bool:
+    return shutil.which("nvidia-smi") is not None
+
+
+def _pytest(session: nox.Session, layer: Layer, env: dict) -> None:
+    tests = ROOT / "packages" / layer.dist / "tests"
+    # pytest exits 5 when it collects nothing: nox treats that as the failure it is.
+    session.run("pytest", str(tests), *session.posargs, env={**layer.env, **env})
+
+
+def _define(name: str, layer: Layer) -> None:
+    def session_fn(session: nox.Session, **params) -> None:
+        triton = params.get("triton")
+        _install(session, layer, triton)
+        env = {"IRIS_TEST_BACKEND": params["backend"]} if "backend" in params else {}
+        _pytest(session, layer, env)
+
+    fn = session_fn
+    if layer.backends:
+        fn = nox.parametrize("backend", list(layer.backends))(fn)
+    if layer.tritons:
+        fn = nox.parametrize("triton", list(layer.tritons))(fn)
+    fn.__name__ = f"test_{name}"
+    nox.session(name=f"test-{name}")(fn)
+
+
+for _name, _layer in LAYERS.items():
+    _define(_name, _layer)
+
+
+@nox.session(default=False)
+def demo(session: nox.Session) -> None:
+    """The README demo: a symmetric heap over 4 CPU ranks (GPU ranks when a GPU is present)."""
+    constraints = [] if _has_gpu() else ["-c", str(CPU_CONSTRAINTS)]
+    session.install(*constraints, str(ROOT / "packages" / "iris-heap"))
+    session.run("python", str(ROOT / "packages" / "iris-heap" / "examples" / "heap_demo.py"), *session.posargs)

@@ -1,0 +1,44 @@
+"""iris.heap: the symmetric heap that every rank shares, and the device context that exposes it.
+
+>>> import iris.heap
+>>> heap = iris.heap.init(size=1 << 24)
+>>> x = heap.zeros(1024)
+>>> heap.offset(x), heap.peer(x, 0).shape
+(0, torch.Size([1024]))
+"""
+
+from __future__ import annotations
+
+from . import context, testing
+from .allocator import ALIGNMENT
+from .context import CONTEXT_ABI_VERSION
+from .errors import (
+    AsymmetricHeapError,
+    DoubleFreeError,
+    HeapClosedError,
+    HeapError,
+    HeapExhaustedError,
+    NotOnHeapError,
+    WaitTimeoutError,
+)
+from .heap import HeapStats, SymmetricHeap, default_heap, init
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ALIGNMENT",
+    "CONTEXT_ABI_VERSION",
+    "AsymmetricHeapError",
+    "DoubleFreeError",
+    "HeapClosedError",
+    "HeapError",
+    "HeapExhaustedError",
+    "HeapStats",
+    "NotOnHeapError",
+    "SymmetricHeap",
+    "WaitTimeoutError",
+    "context",
+    "default_heap",
+    "init",
+    "testing",
+]

@@ -1,0 +1,96 @@
+"""The heap's block allocator: first fit over an address-ordered free list, with coalescing.
+
+The allocator is plain deterministic bookkeeping over byte offsets. It never communicates:
+every rank that runs the same sequence of ``allocate``/``release`` calls gets the same offsets,
+which is what makes the heap symmetric.
+"""
+
+from __future__ import annotations
+
+import bisect
+
+__all__ = ["ALIGNMENT", "BlockAllocator"]
+
+#: Every block starts at a multiple of this many bytes and spans a multiple of it.
+ALIGNMENT = 256
+
+
+class BlockAllocator:
+    """Hands out aligned byte ranges of a region of ``size`` bytes.
+
+    Free blocks are kept in address order (``_starts`` sorted, ``_free`` start -> length), so
+    a release merges with its neighbours in O(log n) and the layout after any sequence of calls
+    depends only on that sequence.
+    """
+
+    def __init__(self, size: int, alignment: int = ALIGNMENT):
+        if alignment <= 0 or alignment & (alignment - 1):
+            raise ValueError(f"alignment must be a positive power of two, got {alignment}")
+        self.alignment = alignment
+        self.size = size - size % alignment
+        self._starts: list[int] = [0] if self.size else []
+        self._free: dict[int, int] = {0: self.size} if self.size else {}
+        self._used_blocks: dict[int, int] = {}
+        self.used = 0
+        self.peak = 0
+
+    def round_up(self, nbytes: int) -> int:
+        """The block length that a request of ``nbytes`` occupies (at least one alignment unit)."""
+        a = self.alignment
+        return max(a, (nbytes + a - 1) & ~(a - 1))
+
+    def allocate(self, nbytes: int) -> int | None:
+        """Reserve a block for ``nbytes``; its offset, or ``None`` when no free block is large enough."""
+        length = self.round_up(nbytes)
+        free = self._free
+        for i, start in enumerate(self._starts):
+            have = free[start]
+            if have >= length:
+                del free[start]
+                if have == length:
+                    del self._starts[i]
+                else:
+                    rest = start + length
+                    self._starts[i] = rest
+                    free[rest] = have - length
+                self._used_blocks[start] = length
+                self.used += length
+                if self.used > self.peak:
+                    self.peak = self.used
+                return start
+        return None
+
+    def release(self, offset: int) -> int:
+        """Return the block at ``offset`` to the free list; its length. ``KeyError`` if not allocated."""
+        length = self._used_blocks.pop(offset)
+        self.used -= length
+        starts, free = self._starts, self._free
+        i = bisect.bisect_left(starts, offset)
+        start, end = offset, offset + length
+        if i < len(starts) and starts[i] == end:  # merge with the next free block
+            end += free.pop(end)
+            del starts[i]
+        if i > 0:
+            prev = starts[i - 1]
+            if prev + free[prev] == start:  # merge with the previous free block
+                free[prev] = end - prev
+                return length
+        starts.insert(i, start)
+        free[start] = end - start
+        return length
+
+    def length(self, offset: int) -> int | None:
+        """The length of the allocated block at ``offset``, or ``None``."""
+        return self._used_blocks.get(offset)
+
+    @property
+    def free_bytes(self) -> int:
+        return self.size - self.used
+
+    @property
+    def largest_free_block(self) -> int:
+        return max(self._free.values(), default=0)
+
+    def free_blocks(self) -> list[tuple[int, int]]:
+        """``(offset, length)`` of every free block, in address order."""
+        return [(s, self._free[s]) for s in self._starts]

@@ -1,0 +1,62 @@
+"""Exceptions raised by the symmetric heap.
+
+Every error derives from :class:`HeapError`; several also derive from the builtin that a
+torch user would expect (``MemoryError``, ``ValueError``, ``TimeoutError``) so existing
+``except`` clauses keep working.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "HeapError",
+    "HeapExhaustedError",
+    "NotOnHeapError",
+    "AsymmetricHeapError",
+    "DoubleFreeError",
+    "HeapClosedError",
+    "WaitTimeoutError",
+]
+
+
+class HeapError(Exception):
+    """Base class of every error raised by ``iris.heap``."""
+
+
+class HeapExhaustedError(HeapError, MemoryError):
+    """An allocation (or the heap itself) does not fit in the memory that is left."""
+
+    def __init__(self, message: str, *, requested: int = 0, free: int = 0, largest_free_block: int = 0):
+        super().__init__(message)
+        self.requested = requested
+        self.free = free
+        self.largest_free_block = largest_free_block
+
+    def __reduce__(self):  # keep the fields across process boundaries (testing.run)
+        return (
+            _rebuild_exhausted,
+            (str(self), self.requested, self.free, self.largest_free_block),
+        )
+
+
+def _rebuild_exhausted(message, requested, free, largest):
+    return HeapExhaustedError(message, requested=requested, free=free, largest_free_block=largest)
+
+
+class NotOnHeapError(HeapError, ValueError):
+    """A tensor that must live in this heap does not."""
+
+
+class AsymmetricHeapError(HeapError):
+    """Ranks' allocation tables differ: some rank ran a different sequence of allocations."""
+
+
+class DoubleFreeError(HeapError, ValueError):
+    """``free`` was given a tensor whose block is no longer allocated."""
+
+
+class HeapClosedError(HeapError, RuntimeError):
+    """The heap was used after ``close()``."""
+
+
+class WaitTimeoutError(HeapError, TimeoutError):
+    """A bounded device-side wait gave up: the rank it waited for never signalled."""

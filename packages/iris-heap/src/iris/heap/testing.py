@@ -1,0 +1,224 @@
+"""Multi-rank test runner: one spawned process per rank, a gloo process group set up in each.
+
+``run(fn, world_size, *args)`` calls ``fn(rank, world_size, *args)`` on every rank and returns
+the ranks' results in rank order. The first failure is re-raised in the caller with its type,
+the rank it happened on, and the rank's traceback.
+
+A :class:`World` keeps its processes (and their imported modules and process group) between
+calls, so a test suite pays the few seconds of process start-up once per world size, not once
+per test. A world whose call failed is torn down and started afresh on its next call, so a
+rank stuck in a collective never leaks into the next test.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import pickle
+import queue
+import signal
+import socket
+import time
+import traceback
+
+__all__ = ["run", "World", "WorldPool", "RankFailedError", "RemoteTraceback"]
+
+DEFAULT_TIMEOUT = float(os.environ.get("IRIS_TEST_TIMEOUT", 900))
+_GRACE = 5.0  # seconds the other ranks get to report once one rank has failed
+
+
+class RankFailedError(RuntimeError):
+    """A rank failed with an exception that could not be sent back, died, or timed out."""
+
+
+class RemoteTraceback(Exception):
+    """The traceback of a failure on another rank (attached as ``__cause__``)."""
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(rank: int, world_size: int, port: int, env: dict, tasks, results) -> None:
+    os.environ.update(env)
+    os.environ.update(
+        RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
+        LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+    )  # fmt: skip
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
+    while True:
+        task = tasks.get()
+        if task is None:
+            break
+        task_id, payload = task
+        try:
+            fn, args = pickle.loads(payload)
+            value = fn(rank, world_size, *args)
+            _close_default_heap()
+            results.put((task_id, rank, "ok", pickle.dumps(value)))
+        except BaseException as e:  # noqa: BLE001 - everything goes back to the caller
+            tb = traceback.format_exc()
+            try:
+                blob = pickle.dumps(e)
+                pickle.loads(blob)
+            except Exception:
+                blob = None
+            results.put((task_id, rank, "error", (blob, tb)))
+    dist.destroy_process_group()
+
+
+def _close_default_heap() -> None:
+    from . import heap
+
+    if heap._default is not None:
+        heap._default.close()
+
+
+class World:
+    """``world_size`` ranks in spawned processes, reused across :meth:`run` calls."""
+
+    def __init__(self, world_size: int, env: dict | None = None):
+        if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+            raise ValueError(f"world_size must be a positive int, got {world_size!r}")
+        self.world_size = world_size
+        self.env = {"OMP_NUM_THREADS": "1", **(env or {})}
+        self._procs: list = []
+        self._task = 0
+
+    def _start(self) -> None:
+        ctx = mp.get_context("spawn")
+        port = _free_port()
+        self._results = ctx.Queue()
+        self._tasks = [ctx.Queue() for _ in range(self.world_size)]
+        self._procs = [
+            ctx.Process(
+                target=_worker,
+                args=(r, self.world_size, port, self.env, self._tasks[r], self._results),
+                name=f"iris-rank-{r}",
+                daemon=True,
+            )
+            for r in range(self.world_size)
+        ]
+        for p in self._procs:
+            p.start()
+
+    def run(self, fn, *args, timeout: float | None = None) -> list:
+        """Call ``fn(rank, world_size, *args)`` on every rank; the results in rank order."""
+        if not self._procs:
+            self._start()
+        self._task += 1
+        payload = pickle.dumps((fn, args))
+        for q in self._tasks:
+            q.put((self._task, payload))
+        deadline = time.monotonic() + (timeout or DEFAULT_TIMEOUT)
+        results: dict[int, object] = {}
+        failure = None  # (rank, exception)
+        while len(results) < self.world_size:
+            now = time.monotonic()
+            if now > deadline:
+                missing = sorted(set(range(self.world_size)) - set(results))
+                if failure is None:
+                    failure = (missing[0], RankFailedError(
+                        f"ranks {missing} of {self.world_size} did not finish {_name(fn)} within "
+                        f"{timeout or DEFAULT_TIMEOUT:g} s"))  # fmt: skip
+                break
+            try:
+                task_id, rank, status, body = self._results.get(timeout=0.05)
+            except queue.Empty:
+                for r, p in enumerate(self._procs):
+                    if r not in results and p.exitcode is not None:
+                        results[r] = None
+                        if failure is None:
+                            failure = (r, RankFailedError(_death(r, p.exitcode, fn)))
+                            deadline = min(deadline, now + _GRACE)
+                continue
+            if task_id != self._task:
+                continue
+            if status == "ok":
+                results[rank] = pickle.loads(body)
+            else:
+                results[rank] = None
+                if failure is None:
+                    failure = (rank, _rebuild(rank, self.world_size, *body))
+                    deadline = min(deadline, time.monotonic() + _GRACE)
+        if failure is not None:
+            self.close(force=True)
+            raise failure[1]
+        return [results[r] for r in range(self.world_size)]
+
+    def close(self, force: bool = False) -> None:
+        """Stop the ranks (politely unless ``force``)."""
+        if not force:
+            for q in self._tasks if self._procs else ():
+                q.put(None)
+            for p in self._procs:
+                p.join(timeout=10)
+        for p in self._procs:
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=10)
+        self._procs = []
+
+    def __enter__(self) -> World:
+        return self
+
+    def __exit__(self, exc_type, *exc) -> None:
+        self.close(force=exc_type is not None)
+
+
+class WorldPool:
+    """One :class:`World` per world size, started on first use (what a test session keeps)."""
+
+    def __init__(self, env: dict | None = None):
+        self.env = env
+        self._worlds: dict[int, World] = {}
+
+    def run(self, fn, world_size: int, *args, timeout: float | None = None) -> list:
+        world = self._worlds.get(world_size)
+        if world is None:
+            world = self._worlds[world_size] = World(world_size, env=self.env)
+        return world.run(fn, *args, timeout=timeout)
+
+    def close(self) -> None:
+        for world in self._worlds.values():
+            world.close()
+        self._worlds.clear()
+
+
+def run(fn, world_size: int, *args, timeout: float | None = None, env: dict | None = None) -> list:
+    """Run ``fn(rank, world_size, *args)`` in ``world_size`` fresh processes; results in rank order.
+
+    ``fn`` must be importable by name (a module-level function). A failure on any rank is
+    re-raised here with its type, a note naming the rank, and the rank's traceback as cause.
+    """
+    with World(world_size, env=env) as world:
+        return world.run(fn, *args, timeout=timeout)
+
+
+def _name(fn) -> str:
+    return getattr(fn, "__qualname__", repr(fn))
+
+
+def _death(rank: int, exitcode: int, fn) -> str:
+    how = f"was killed by signal {signal.Signals(-exitcode).name}" if exitcode < 0 else f"exited with code {exitcode}"
+    return f"rank {rank} {how} while running {_name(fn)}"
+
+
+def _rebuild(rank: int, world_size: int, blob, tb: str) -> BaseException:
+    where = f"raised on rank {rank} of {world_size}"
+    if blob is not None:
+        exc = pickle.loads(blob)
+        exc.__cause__ = RemoteTraceback(f"\n\nrank {rank}'s traceback:\n{tb}")
+        if hasattr(exc, "add_note"):
+            exc.add_note(where)
+        return exc
+    return RankFailedError(f"{where}:\n{tb}")

@@ -1,0 +1,64 @@
+"""What a transport provides: one local heap region per rank, mapped into every rank's process."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+import torch
+
+__all__ = ["Transport", "exchange_or_raise"]
+
+
+class Transport(ABC):
+    """Creates this rank's heap region and maps every peer's region (a collective constructor).
+
+    Subclasses set ``name`` (what ``iris.heap.init(transport=...)`` accepts), ``device_types``
+    (the torch device types it serves; the first registered transport serving a type is its
+    ``"auto"`` choice) and ``spins_per_second`` (a rough rate of a device-side wait loop on
+    that device, used to turn ``heap.wait_timeout`` seconds into a spin bound).
+    """
+
+    name: ClassVar[str]
+    device_types: ClassVar[tuple[str, ...]]
+    spins_per_second: ClassVar[float]
+
+    def __init__(self, size: int, device: torch.device, control) -> None:
+        self.size = size
+        self.device = device
+        self.control = control
+        #: ``bases[r]``: the address at which rank r's region is mapped in this process.
+        self.bases: list[int] = []
+
+    @abstractmethod
+    def view(self, rank: int, offset: int, nbytes: int, dtype: torch.dtype) -> tuple[torch.Tensor, object]:
+        """A 1-D ``dtype`` tensor over bytes ``[offset, offset + nbytes)`` of rank's region.
+
+        The tensor gets a storage of its own, kept alive by the returned owner object (which
+        supports weak references): the owner dies exactly when the last tensor sharing that
+        storage does. ``nbytes`` is a positive multiple of the dtype's size.
+        """
+
+    @abstractmethod
+    def close(self) -> None:
+        """Drop this transport's references to the regions; memory goes once no tensor uses it."""
+
+
+def exchange_or_raise(control, payload, error: BaseException | None, what: str) -> list:
+    """All-gather ``payload`` (or this rank's failure) so that every rank fails together.
+
+    Without this, one rank failing to allocate would leave the others waiting forever in the
+    next exchange. Returns every rank's payload when none failed; otherwise raises on every
+    rank, naming the ranks that failed and why.
+    """
+    mine = ("error", f"{type(error).__name__}: {error}") if error is not None else ("ok", payload)
+    everyone = control.all_gather_object(mine)
+    failed = [(r, msg) for r, (status, msg) in enumerate(everyone) if status == "error"]
+    if failed:
+        if error is not None:
+            raise error
+        detail = "; ".join(f"rank {r}: {msg}" for r, msg in failed)
+        from ..errors import HeapError
+
+        raise HeapError(f"{what} failed on another rank ({detail})")
+    return [p for _, p in everyone]

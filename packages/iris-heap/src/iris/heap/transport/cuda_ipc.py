@@ -1,0 +1,128 @@
+"""CUDA IPC transport: a ``cudaMalloc``'d heap per rank, shared through CUDA IPC handles.
+
+Works between processes on one GPU and across the GPUs of one host. Needs ``cuda-bindings``
+(``pip install iris-heap[cuda]``). The heap comes from ``cudaMalloc`` directly, not torch's
+caching allocator, so the IPC handle describes exactly the heap's first byte.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..errors import HeapError, HeapExhaustedError
+from .base import Transport, exchange_or_raise
+
+__all__ = ["CudaIpcTransport"]
+
+
+def _cudart():
+    try:
+        from cuda.bindings import runtime
+    except ImportError:
+        try:
+            from cuda import cudart as runtime  # cuda-python < 12.6 spelling
+        except ImportError:
+            raise HeapError(
+                "the cuda-ipc transport needs cuda-bindings: pip install 'iris-heap[cuda]'"
+            ) from None
+    return runtime
+
+
+def _check(rt, result, what: str):
+    err, *rest = result if isinstance(result, tuple) else (result,)
+    if err != rt.cudaError_t.cudaSuccess:
+        _, name = rt.cudaGetErrorName(err)
+        _, text = rt.cudaGetErrorString(err)
+        raise HeapError(f"{what} failed: {name.decode()} ({text.decode()})")
+    return rest[0] if len(rest) == 1 else rest
+
+
+class _Mapping:
+    """One rank's heap as mapped in this process; releases it when the last tensor is gone."""
+
+    def __init__(self, rt, ptr: int, owned: bool):
+        self.rt, self.ptr, self.owned = rt, ptr, owned
+
+    def __del__(self):
+        try:
+            if self.owned:
+                self.rt.cudaFree(self.ptr)
+            else:
+                self.rt.cudaIpcCloseMemHandle(self.ptr)
+        except Exception:  # interpreter shutdown: the driver reclaims the memory anyway
+            pass
+
+
+class _DeviceBytes:
+    """A byte range of a mapping, exported to torch through ``__cuda_array_interface__``."""
+
+    __slots__ = ("__cuda_array_interface__", "_mapping", "__weakref__")
+
+    def __init__(self, mapping: _Mapping, offset: int, nbytes: int):
+        self._mapping = mapping
+        self.__cuda_array_interface__ = {
+            "shape": (nbytes,),
+            "typestr": "|u1",
+            "data": (mapping.ptr + offset, False),
+            "version": 2,
+        }
+
+
+class CudaIpcTransport(Transport):
+    name = "cuda-ipc"
+    device_types = ("cuda",)
+    spins_per_second = 1_000_000.0  # a system-scope poll of a flag costs about a microsecond
+
+    def __init__(self, size: int, device: torch.device, control) -> None:
+        super().__init__(size, device, control)
+        rt = _cudart()
+        torch.cuda.set_device(device)
+        torch.cuda.synchronize(device)  # the primary context exists before cudart uses it
+        local, handle, error = None, None, None
+        try:
+            _check(rt, rt.cudaSetDevice(device.index), "cudaSetDevice")
+            free, total = torch.cuda.mem_get_info(device)
+            if size > free:
+                raise HeapExhaustedError(
+                    f"cannot create a {size}-byte heap on {device}: it has {free} bytes free of "
+                    f"{total}. Ask for a smaller heap (iris.heap.init(size=...)).",
+                    requested=size,
+                    free=free,
+                    largest_free_block=free,
+                )
+            ptr = _check(rt, rt.cudaMalloc(size), f"cudaMalloc({size}) on {device}")
+            local = _Mapping(rt, int(ptr), owned=True)
+            _check(rt, rt.cudaMemset(local.ptr, 0, size), "cudaMemset")
+            _check(rt, rt.cudaDeviceSynchronize(), "cudaDeviceSynchronize")
+            handle = bytes(_check(rt, rt.cudaIpcGetMemHandle(local.ptr), "cudaIpcGetMemHandle").reserved)
+        except BaseException as e:
+            error = e
+        handles = exchange_or_raise(control, handle, error, "creating the CUDA heap")
+        maps, error = [], None
+        try:
+            for r, h in enumerate(handles):
+                if r == control.rank:
+                    maps.append(local)
+                    continue
+                mh = rt.cudaIpcMemHandle_t()
+                mh.reserved = h
+                ptr = _check(
+                    rt,
+                    rt.cudaIpcOpenMemHandle(mh, rt.cudaIpcMemLazyEnablePeerAccess),
+                    f"cudaIpcOpenMemHandle (rank {r}'s heap)",
+                )
+                maps.append(_Mapping(rt, int(ptr), owned=False))
+        except BaseException as e:
+            error = e
+        exchange_or_raise(control, None, error, "mapping peers' CUDA heaps")
+        self._maps = maps
+        self.bases = [m.ptr for m in maps]
+
+    def view(self, rank, offset, nbytes, dtype):
+        owner = _DeviceBytes(self._maps[rank], offset, nbytes)
+        t = torch.as_tensor(owner, device=self.device)
+        return (t if dtype == torch.uint8 else t.view(dtype)), owner
+
+    def close(self) -> None:
+        self._maps = []
+TRANSPORT = CudaIpcTransport

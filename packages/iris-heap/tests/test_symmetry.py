@@ -1,0 +1,184 @@
+"""Symmetry: the same allocations land at the same offsets on every rank, and peers see each other."""
+
+import pytest
+import torch
+
+import iris.heap
+from _ranks import gather, new_heap, sync
+from conftest import WORLD_SIZES
+
+
+def _same_offsets(rank, world_size):
+    heap = new_heap()
+    tensors = [heap.zeros(n, dtype=d) for n, d in [(1, torch.int8), (1000, torch.float32), (3, torch.float64), (77, torch.bfloat16)]]
+    heap.free(tensors[1])
+    tensors.append(heap.empty(10, 10))
+    offsets = [heap.offset(t) for t in tensors[:1] + tensors[2:]]
+    everyone = gather(offsets, world_size)
+    assert all(o == everyone[0] for o in everyone), everyone
+    heap.check_symmetry()
+    # heap_bases: one distinct mapping per rank, the local one first-class in the context
+    bases = heap.heap_bases.tolist()
+    assert len(bases) == world_size and len(set(bases)) == world_size
+    assert heap.context[0].item() == rank and heap.context[1].item() == world_size
+    assert heap.heap_bases.data_ptr() == heap.context[2:].data_ptr()
+
+
+def _peer_views_write_neighbours(rank, world_size):
+    heap = new_heap()
+    x = heap.full((4, 6), -1, dtype=torch.int32)
+    sync(heap)
+    right = (rank + 1) % world_size
+    view = heap.peer(x, right)
+    assert view.shape == x.shape and view.stride() == x.stride() and view.dtype == x.dtype
+    view[rank % 4] = rank  # write one row into the right neighbour's copy
+    sync(heap)
+    left = (rank - 1) % world_size
+    expected = torch.full((4, 6), -1, dtype=torch.int32)
+    for r in range(world_size):
+        if (r + 1) % world_size == rank:
+            expected[r % 4] = r
+    if world_size <= 4:
+        assert torch.equal(x.cpu(), expected), (x, expected, left)
+    # a strided view of a heap tensor maps to the same place in the peer
+    col = x[:, 2]
+    peer_col = heap.peer(col, rank)
+    assert peer_col.stride() == col.stride() and torch.equal(peer_col.cpu(), col.cpu())
+    if heap.rank == 0:
+        peer_view_of_self = heap.peer(x, 0)
+        assert peer_view_of_self.data_ptr() == x.data_ptr()
+
+
+def _every_rank_reads_every_peer(rank, world_size):
+    heap = new_heap()
+    x = heap.full((257,), float(rank * 10), dtype=torch.float32)
+    sync(heap)
+    for r in range(world_size):
+        assert torch.equal(heap.peer(x, r).cpu(), torch.full((257,), float(r * 10))), r
+    sync(heap)
+
+
+def _free_and_reuse(rank, world_size):
+    heap = new_heap()
+    a = heap.empty(1000)
+    b = heap.empty(1000)
+    off_a = heap.offset(a)
+    heap.free(a)
+    c = heap.empty(500)  # fits in a's hole: first fit reuses it
+    assert heap.offset(c) == off_a
+    heap.free(b)
+    heap.free(c)
+    s = heap.stats()
+    assert s.used == 0 and s.live_allocations == 0 and s.largest_free_block == heap.size
+    assert s.peak == 2 * 4096
+    heap.check_symmetry()
+
+
+def _quarantine_then_collect(rank, world_size):
+    heap = new_heap()
+    keep = heap.zeros(64)
+    dropped = heap.zeros(4096)
+    off = heap.offset(dropped)
+    view = dropped[10:20]  # a view keeps the block alive after the tensor is gone
+    del dropped
+    assert heap.stats().quarantined_allocations == 0
+    assert heap.collect() == 0
+    del view
+    s = heap.stats()
+    assert s.quarantined_allocations == 1 and s.quarantined_bytes == 4096 * 4
+    # quarantined memory is never handed out again before collect()
+    fresh = heap.empty(4096)
+    assert heap.offset(fresh) != off
+    heap.free(fresh)
+    assert heap.collect() == 4096 * 4
+    assert heap.stats().quarantined_allocations == 0
+    again = heap.empty(4096)
+    assert heap.offset(again) == off
+    del keep
+
+
+def _collect_waits_for_every_rank(rank, world_size):
+    heap = new_heap()
+    t = heap.zeros(1024)
+    off = heap.offset(t)
+    if rank == 0:
+        del t  # only rank 0 drops it
+    assert heap.collect() == (1024 * 4 if world_size == 1 else 0)
+    if rank != 0:
+        del t
+    assert heap.collect() == (0 if world_size == 1 else 1024 * 4)
+    assert heap.offset(heap.empty(1024)) == off
+
+
+def _asymmetry_is_detected(rank, world_size):
+    heap = new_heap()
+    heap.zeros(10)
+    if rank == world_size - 1:
+        heap.zeros(3, dtype=torch.int64)
+    else:
+        heap.zeros(3, dtype=torch.float64)
+    with pytest.raises(iris.heap.AsymmetricHeapError, match="allocation 1 differs"):
+        heap.check_symmetry()
+    if rank == 0:
+        heap.zeros(1)
+    with pytest.raises(iris.heap.AsymmetricHeapError):
+        heap.check_symmetry()
+
+
+def _mismatched_sizes_fail_on_every_rank(rank, world_size):
+    with pytest.raises(iris.heap.AsymmetricHeapError, match="different heap sizes"):
+        iris.heap.init((1 << 20) + 4096 * rank)
+
+
+def _context_manager_and_default(rank, world_size):
+    with iris.heap.init(1 << 16) as heap:
+        assert iris.heap.default_heap() is heap
+        heap.zeros(3)
+    assert heap.closed
+    with pytest.raises(iris.heap.HeapError, match="no open heap"):
+        iris.heap.default_heap()
+
+
+@pytest.mark.parametrize("world_size", WORLD_SIZES)
+def test_offsets_are_symmetric(world, world_size):
+    world.run(_same_offsets, world_size)
+
+
+@pytest.mark.parametrize("world_size", WORLD_SIZES)
+def test_peer_views_write_into_neighbours(world, world_size):
+    world.run(_peer_views_write_neighbours, world_size)
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_every_rank_reads_every_peer(world, world_size):
+    world.run(_every_rank_reads_every_peer, world_size)
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_free_then_reuse(world, world_size):
+    world.run(_free_and_reuse, world_size)
+
+
+@pytest.mark.parametrize("world_size", [1, 3])
+def test_dropped_tensors_are_quarantined_until_collect(world, world_size):
+    world.run(_quarantine_then_collect, world_size)
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 4])
+def test_collect_reclaims_only_blocks_dropped_everywhere(world, world_size):
+    world.run(_collect_waits_for_every_rank, world_size)
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_check_symmetry_names_the_first_difference(world, world_size):
+    world.run(_asymmetry_is_detected, world_size)
+
+
+@pytest.mark.parametrize("world_size", [2])
+def test_ranks_must_agree_on_the_heap_size(world, world_size):
+    world.run(_mismatched_sizes_fail_on_every_rank, world_size)
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_context_manager_closes_and_clears_default(world, world_size):
+    world.run(_context_manager_and_default, world_size)

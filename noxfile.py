@@ -36,6 +36,8 @@ class Layer:
 
 LAYERS = {
     "heap": Layer("iris-heap"),
+    "triton": Layer("iris-mem-triton", siblings=("iris-heap",), tritons=(TRITON_OLDEST, TRITON_NEWEST)),
+    "gluon": Layer("iris-mem-gluon", siblings=("iris-heap",), tritons=(TRITON_OLDEST, TRITON_NEWEST)),
 }
 
 

@@ -151,6 +151,12 @@ class World:
                     failure = (rank, _rebuild(rank, self.world_size, *body))
                     deadline = min(deadline, time.monotonic() + _GRACE)
         if failure is not None:
+            # A rank that died is the root cause of its peers' "connection closed" errors.
+            dead = [r for r, p in enumerate(self._procs) if p.exitcode is not None and p.exitcode != 0]
+            if dead and not isinstance(failure[1], RankFailedError):
+                cause = failure
+                failure = (dead[0], RankFailedError(_death(dead[0], self._procs[dead[0]].exitcode, fn)))
+                failure[1].add_note(f"rank {cause[0]} then failed with {type(cause[1]).__name__}: {cause[1]}")
             self.close(force=True)
             raise failure[1]
         return [results[r] for r in range(self.world_size)]

@@ -1,0 +1,159 @@
+"""Bad input: each gets a clear exception, and the heap stays usable afterwards."""
+
+import pytest
+import torch
+
+import iris.heap
+from _ranks import new_heap
+from iris.heap import (
+    DoubleFreeError,
+    HeapClosedError,
+    HeapError,
+    HeapExhaustedError,
+    NotOnHeapError,
+)
+
+
+def _still_usable(heap):
+    t = heap.arange(10)
+    assert torch.equal(t.cpu(), torch.arange(10))
+    heap.free(t)
+    heap.check_symmetry()
+
+
+def _bad_sizes_and_dtypes(rank, world_size):
+    heap = new_heap()
+    before = heap.stats()
+    for bad in [(-1,), (2, -3), (2.5,), ("3",), (None,), ((2, 1.0),), (True,)]:
+        with pytest.raises((TypeError, ValueError), match="size"):
+            heap.empty(*bad)
+    with pytest.raises((TypeError, ValueError)):
+        heap.full((-2,), 1.0)
+    with pytest.raises(TypeError, match="cannot hold"):
+        heap.zeros(3, dtype=torch.qint8)
+    with pytest.raises(TypeError, match="torch.dtype"):
+        heap.zeros(3, dtype="float32")
+    with pytest.raises(TypeError, match="cannot hold"):
+        heap.arange(3, dtype=torch.quint8)
+    assert heap.stats() == before, "a rejected request must not touch the allocator"
+    _still_usable(heap)
+
+
+def _bad_tensors(rank, world_size):
+    heap = new_heap()
+    other = new_heap()
+    local = torch.zeros(4, device=heap.device)
+    foreign = other.zeros(4)
+    mine = heap.zeros(4)
+    for fn in (heap.free, heap.offset, lambda t: heap.peer(t, 0)):
+        with pytest.raises(NotOnHeapError, match="not on this heap"):
+            fn(local)
+        with pytest.raises(NotOnHeapError, match="not on this heap"):
+            fn(foreign)
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        heap.free([1, 2])
+    assert not heap.is_symmetric(local) and not heap.is_symmetric(foreign) and heap.is_symmetric(mine)
+    if world_size > 1:
+        remote = heap.peer(mine, (rank + 1) % world_size)
+        with pytest.raises(NotOnHeapError, match="peer"):
+            heap.free(remote)
+    heap.free(mine)
+    with pytest.raises(DoubleFreeError, match="already freed"):
+        heap.free(mine)
+    with pytest.raises(NotOnHeapError, match="freed"):
+        heap.peer(mine, 0)
+    assert not heap.is_symmetric(mine)
+    other.close()
+    _still_usable(heap)
+
+
+def _bad_ranks(rank, world_size):
+    heap = new_heap()
+    t = heap.zeros(4)
+    for bad in (-1, world_size, world_size + 7):
+        with pytest.raises(ValueError, match=f"rank {bad} is out of range for a heap of world size {world_size}"):
+            heap.peer(t, bad)
+    for bad in (0.0, "0", None, True):
+        with pytest.raises(TypeError, match="rank must be an int"):
+            heap.peer(t, bad)
+    _still_usable(heap)
+
+
+def _exhaustion(rank, world_size):
+    heap = new_heap(1 << 16)
+    held = heap.empty(1 << 13)  # 32 KiB of the 64 KiB
+    with pytest.raises(HeapExhaustedError) as info:
+        heap.empty(1 << 14)
+    e = info.value
+    assert isinstance(e, MemoryError) and isinstance(e, HeapError)
+    assert e.requested == 1 << 16 and e.free == 1 << 15 and e.largest_free_block == 1 << 15
+    assert "65536 bytes" in str(e) and "32768 of 65536 bytes free" in str(e)
+    del held
+    with pytest.raises(HeapExhaustedError, match=r"call heap.collect\(\)"):
+        heap.empty(1 << 14)
+    assert heap.collect() == 1 << 15
+    heap.free(heap.empty(1 << 14))  # the whole heap fits again
+    with pytest.raises(HeapExhaustedError, match="cannot (reserve|create)"):
+        iris.heap.init(1 << 62)
+    _still_usable(heap)
+
+
+def _use_after_close(rank, world_size):
+    heap = new_heap()
+    t = heap.ones(8)
+    heap.close()
+    heap.close()  # idempotent
+    for call in (lambda: heap.zeros(1), lambda: heap.free(t), lambda: heap.offset(t), lambda: heap.peer(t, 0),
+                 heap.stats, heap.barrier, heap.collect, heap.check_symmetry):  # fmt: skip
+        with pytest.raises(HeapClosedError, match="closed"):
+            call()
+    assert torch.equal(t.cpu(), torch.ones(8)), "a tensor kept past close() stays valid memory"
+
+
+def _bad_init_arguments(rank, world_size):
+    for bad in (0, 100, -5):
+        with pytest.raises(ValueError, match="at least 256 bytes"):
+            iris.heap.init(bad)
+    for bad in (1.5, "1M", True):
+        with pytest.raises(TypeError, match="int number of bytes"):
+            iris.heap.init(bad)
+    with pytest.raises(ValueError, match="unknown transport"):
+        iris.heap.init(1 << 16, transport="rdma")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="serves cuda"):
+            iris.heap.init(1 << 16, transport="cuda-ipc")
+    with new_heap() as heap:
+        with pytest.raises(ValueError, match="positive"):
+            heap.wait_timeout = 0
+        with pytest.raises(ValueError, match="positive int"):
+            heap.wait_limit = -3
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_bad_sizes_and_dtypes(world, world_size):
+    world.run(_bad_sizes_and_dtypes, world_size)
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_tensors_not_on_the_heap_and_double_free(world, world_size):
+    world.run(_bad_tensors, world_size)
+
+
+@pytest.mark.parametrize("world_size", [1, 3])
+def test_ranks_out_of_range(world, world_size):
+    world.run(_bad_ranks, world_size)
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_exhaustion_says_what_was_asked_and_what_is_left(world, world_size):
+    world.run(_exhaustion, world_size)
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_use_after_close(world, world_size):
+    world.run(_use_after_close, world_size)
+
+
+@pytest.mark.parametrize("world_size", [1])
+def test_bad_init_arguments(world, world_size):
+    world.run(_bad_init_arguments, world_size)

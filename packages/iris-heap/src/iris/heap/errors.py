@@ -59,4 +59,19 @@ class HeapClosedError(HeapError, RuntimeError):
 
 
 class WaitTimeoutError(HeapError, TimeoutError):
-    """A bounded device-side wait gave up: the rank it waited for never signalled."""
+    """A bounded device-side wait gave up: the rank it waited for never signalled.
+
+    ``rank`` is the rank that waited, ``offset`` the local heap offset of the flag it waited
+    on, ``value`` what the flag held when the wait gave up.
+    """
+
+    def __init__(self, message: str, *, rank: int = -1, offset: int = -1, value: int = 0):
+        super().__init__(message)
+        self.rank, self.offset, self.value = rank, offset, value
+
+    def __reduce__(self):
+        return (_rebuild_timeout, (type(self), str(self), self.rank, self.offset, self.value))
+
+
+def _rebuild_timeout(cls, message, rank, offset, value):
+    return cls(message, rank=rank, offset=offset, value=value)

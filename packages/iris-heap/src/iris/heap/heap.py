@@ -348,7 +348,10 @@ class SymmetricHeap(TensorFactories):
                 f"(about {self.wait_timeout:g} s) on {self.describe(detail)}, which still held {value}. "
                 "The rank that should have signalled it never did: it crashed, stopped, or ran a "
                 "different operation. Check that every rank runs the same sequence of collectives, "
-                "or raise heap.wait_timeout."
+                "or raise heap.wait_timeout.",
+                rank=self.rank,
+                offset=detail,
+                value=value,
             )
         raise HeapError(f"rank {self.rank}: device code recorded error code {code} (detail {detail}, value {value})")
 

@@ -1,0 +1,177 @@
+"""The collectives' kernels, in Triton over ``iris.mem.triton``.
+
+Every launch synchronizes with the peers on the device, in stream order:
+
+- entry: program 0 writes this collective's epoch into ``entry[rank]`` of every rank; every
+  program waits (bounded) until every rank's epoch has arrived, so no peer's buffer is read or
+  written before that peer reached the collective (its earlier stream work is done).
+- exit: each program bumps the local ``counter``; the last one of the launch writes the epoch into
+  ``exit[rank]`` of every rank and waits for every rank's, so no rank returns (and lets later
+  work reuse its buffers) while a peer may still read or write them.
+
+Epochs only grow and flags are never cleared, so no wake-up is lost. Waiting only on other ranks,
+never on a later program of the same launch, keeps this correct under Triton's interpreter, which
+runs a launch's programs one after another.
+
+``iris.ccl._gluon_kernels`` has the same kernels with the same signatures in Gluon.
+"""
+
+import triton
+import triton.language as tl
+
+from iris.mem.triton import Context
+
+__all__ = ["barrier_kernel", "one_shot_kernel", "reduce_kernel", "gather_kernel"]
+
+
+@triton.jit
+def _arrive(ctx, flags, epoch):
+    r = ctx.rank * 0
+    while r < ctx.world_size:
+        ctx.atomic_xchg(flags + ctx.rank, epoch, r, sem="release", scope="sys")
+        r += 1
+
+
+@triton.jit
+def _await_all(ctx, flags, epoch):
+    r = ctx.rank * 0
+    while r < ctx.world_size:
+        ctx.wait(flags + r, epoch, ">=")
+        r += 1
+
+
+@triton.jit
+def _enter(ctx, entry, epoch):
+    if tl.program_id(0) == 0:
+        _arrive(ctx, entry, epoch)
+    _await_all(ctx, entry, epoch)
+
+
+@triton.jit
+def _leave(ctx, exit_flags, counter, epoch, done_target):
+    done = tl.atomic_add(counter, 1, sem="acq_rel", scope="sys") + 1
+    if done == done_target:
+        _arrive(ctx, exit_flags, epoch)
+        _await_all(ctx, exit_flags, epoch)
+
+
+@triton.jit
+def _combine(acc, v, OP: tl.constexpr, IS_FLOAT: tl.constexpr):
+    if OP == 1:
+        if IS_FLOAT:
+            acc = tl.maximum(acc, v, propagate_nan=tl.PropagateNan.ALL)
+        else:
+            acc = tl.maximum(acc, v)
+    elif OP == 2:
+        if IS_FLOAT:
+            acc = tl.minimum(acc, v, propagate_nan=tl.PropagateNan.ALL)
+        else:
+            acc = tl.minimum(acc, v)
+    else:
+        acc = acc + v
+    return acc
+
+
+@triton.jit
+def _reduce_tile(ctx, src, mask, OP: tl.constexpr, ACC_F32: tl.constexpr, IS_FLOAT: tl.constexpr):
+    """``op`` over ranks 0, 1, ..., W-1 (in that order) of the ranks' copies at ``src``."""
+    acc = ctx.load(src, 0, mask=mask)
+    if ACC_F32:
+        acc = acc.to(tl.float32)
+    r = ctx.rank * 0 + 1
+    while r < ctx.world_size:
+        v = ctx.load(src, r, mask=mask)
+        if ACC_F32:
+            v = v.to(tl.float32)
+        acc = _combine(acc, v, OP, IS_FLOAT)
+        r += 1
+    if OP == 3:
+        acc = acc / ctx.world_size
+    return acc
+
+
+@triton.jit
+def barrier_kernel(context_ptr, entry, epoch):
+    ctx = Context.initialize(context_ptr)
+    _arrive(ctx, entry, epoch)
+    _await_all(ctx, entry, epoch)
+
+
+@triton.jit
+def one_shot_kernel(
+    context_ptr, entry, exit_flags, counter, epoch, done_target, src, dst, N,
+    OP: tl.constexpr, ACC_F32: tl.constexpr, IS_FLOAT: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
+    """dst (local) = op over ranks of src (every rank's staged copy of its input)."""
+    ctx = Context.initialize(context_ptr)
+    _enter(ctx, entry, epoch)
+    t = tl.program_id(0)
+    while t < tl.cdiv(N, BLOCK):
+        offs = t * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < N
+        acc = _reduce_tile(ctx, src + offs, mask, OP, ACC_F32, IS_FLOAT)
+        tl.store(dst + offs, acc.to(dst.dtype.element_ty), mask=mask)
+        t += tl.num_programs(0)
+    _leave(ctx, exit_flags, counter, epoch, done_target)
+
+
+@triton.jit
+def reduce_kernel(
+    context_ptr, entry, exit_flags, counter, epoch, done_target, src, dst, N, chunk,
+    PUSH: tl.constexpr, DST_CHUNKED: tl.constexpr,
+    OP: tl.constexpr, ACC_F32: tl.constexpr, IS_FLOAT: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
+    """Reduce chunk ``rank`` (elements [rank*chunk, min((rank+1)*chunk, N))) of src over ranks.
+
+    The result goes to ``dst`` at the chunk's offset (``DST_CHUNKED``) or at 0; into every rank's
+    copy of dst (``PUSH``: the two-shot all_reduce, where src and dst are the same tensor and no
+    one but this rank touches this chunk) or only the local one (reduce_scatter).
+    """
+    ctx = Context.initialize(context_ptr)
+    _enter(ctx, entry, epoch)
+    start = ctx.rank * chunk
+    t = tl.program_id(0)
+    while t < tl.cdiv(chunk, BLOCK):
+        local = t * BLOCK + tl.arange(0, BLOCK)
+        offs = start + local
+        mask = (local < chunk) & (offs < N)
+        acc = _reduce_tile(ctx, src + offs, mask, OP, ACC_F32, IS_FLOAT)
+        out = acc.to(dst.dtype.element_ty)
+        if DST_CHUNKED:
+            where = dst + offs
+        else:
+            where = dst + local
+        if PUSH:
+            j = ctx.rank * 0
+            while j < ctx.world_size:
+                ctx.store(where, out, (ctx.rank + j) % ctx.world_size, mask=mask)
+                j += 1
+        else:
+            tl.store(where, out, mask=mask)
+        t += tl.num_programs(0)
+    _leave(ctx, exit_flags, counter, epoch, done_target)
+
+
+@triton.jit
+def gather_kernel(
+    context_ptr, entry, exit_flags, counter, epoch, done_target, src, dst,
+    n, total, src_stride, src_offset, dst_stride, first, count, BLOCK: tl.constexpr,
+):  # fmt: skip
+    """For ranks r = first, first+1, ... (count of them, mod W):
+    dst[r*dst_stride + i] = rank r's src[r*src_stride + src_offset + i], for i < n and
+    r*dst_stride + i < total (all_gather, all_to_all, broadcast and the all-gather half of rs_ag).
+    """
+    ctx = Context.initialize(context_ptr)
+    _enter(ctx, entry, epoch)
+    t = tl.program_id(0)
+    while t < tl.cdiv(n, BLOCK):
+        offs = t * BLOCK + tl.arange(0, BLOCK)
+        j = ctx.rank * 0
+        while j < count:
+            r = (first + j) % ctx.world_size
+            mask = (offs < n) & (r * dst_stride + offs < total)
+            v = ctx.load(src + r * src_stride + src_offset + offs, r, mask=mask)
+            tl.store(dst + r * dst_stride + offs, v, mask=mask)
+            j += 1
+        t += tl.num_programs(0)
+    _leave(ctx, exit_flags, counter, epoch, done_target)

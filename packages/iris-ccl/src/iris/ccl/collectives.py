@@ -1,0 +1,311 @@
+"""The collectives: argument checks, staging, variant choice and launches (shared by both backends).
+
+Backends differ only in their kernels (``_triton_kernels`` / ``_gluon_kernels``, the same
+signatures); everything here is host code written once.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import torch
+
+import iris.heap
+from iris.heap import WaitTimeoutError
+
+from .config import Config
+from .errors import CollectiveTimeoutError
+from .workspace import Workspace, workspace_of
+
+__all__ = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "barrier", "reset"]
+
+OPS = {"sum": 0, "max": 1, "min": 2, "avg": 3}
+_REDUCIBLE = {torch.float16, torch.bfloat16, torch.float32, torch.float64,
+              torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8}  # fmt: skip
+_WORDS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}  # data movement needs only the size
+_DEFAULT = Config()
+#: all_reduce "auto": one_shot up to this many bytes per rank, two_shot above (see variants in README).
+ONE_SHOT_MAX_BYTES = 256 << 10
+
+
+def _kernels(backend: str):
+    name = {"triton": "_triton_kernels", "gluon": "_gluon_kernels"}[backend]
+    try:
+        return importlib.import_module(f"iris.ccl.{name}")
+    except ImportError as e:
+        if backend == "gluon" and "iris.mem.gluon" in str(e):
+            raise ImportError("the gluon backend needs iris-mem-gluon: pip install 'iris-ccl[gluon]'") from e
+        raise
+
+
+def _heap(heap):
+    heap = heap if heap is not None else iris.heap.default_heap()
+    if heap.closed:
+        raise iris.heap.HeapClosedError("the heap given to the collective is closed")
+    return heap
+
+
+def _check_tensor(t, name: str, heap) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.device != heap.device:
+        raise ValueError(f"{name} is on {t.device}, but the heap (rank {heap.rank}) is on {heap.device}")
+    if not t.is_contiguous():
+        raise ValueError(f"{name} must be contiguous (call .contiguous() first); got strides {t.stride()}")
+
+
+def _check_op(op: str, dtype: torch.dtype) -> int:
+    if op not in OPS:
+        raise ValueError(f"unknown op {op!r}; choose one of {sorted(OPS)}")
+    if dtype not in _REDUCIBLE:
+        raise TypeError(f"cannot reduce {dtype} tensors; supported: {sorted(str(d) for d in _REDUCIBLE)}")
+    if op == "avg" and not dtype.is_floating_point:
+        raise TypeError(f"op 'avg' needs a floating-point tensor, got {dtype}; use 'sum' and divide")
+    return OPS[op]
+
+
+def _check_same_dtype(out, inp) -> None:
+    if out.dtype != inp.dtype:
+        raise TypeError(f"out and inp must have the same dtype, got out {out.dtype} and inp {inp.dtype}")
+
+
+def _check_disjoint(out, inp) -> None:
+    a0, a1 = out.data_ptr(), out.data_ptr() + out.numel() * out.element_size()
+    b0, b1 = inp.data_ptr(), inp.data_ptr() + inp.numel() * inp.element_size()
+    if out.numel() and inp.numel() and a0 < b1 and b0 < a1:
+        raise ValueError("out and inp overlap in memory; the collective needs separate tensors")
+
+
+def _words(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as 1-D integers of the same size (data movement does not care what the bytes mean)."""
+    return t.reshape(-1).view(_WORDS[t.element_size()]) if t.element_size() in _WORDS else t.reshape(-1).view(torch.uint8)
+
+
+class _Launch:
+    """Launch shape and bookkeeping of one collective call."""
+
+    def __init__(self, heap, config: Config | None, name: str):
+        self.heap = heap
+        self.cfg = config if config is not None else _DEFAULT
+        if not isinstance(self.cfg, Config):
+            raise TypeError(f"config must be an iris.ccl.Config, got {type(self.cfg).__name__}")
+        self.name = name
+        self.k = _kernels(self.cfg.backend)
+        self.ws: Workspace = workspace_of(heap)
+        gpu = heap.device.type == "cuda"
+        self.block = self.cfg.block_size or (4096 if gpu else 4096)
+        self.warps = self.cfg.num_warps or (8 if gpu else 4)
+        if gpu:
+            sms = torch.cuda.get_device_properties(heap.device).multi_processor_count
+            # Ranks that share this GPU must all have their programs resident at once (they wait
+            # for each other), so each takes its share of the multiprocessors.
+            self.max_programs = max(1, sms // self.ws.ranks_per_device)
+        else:
+            self.max_programs = 2
+
+    def programs(self, n: int) -> int:
+        tiles = max(1, -(-n // self.block))
+        return min(tiles, self.cfg.num_programs or self.max_programs)
+
+    def run(self, kernel, n: int, *args, **constexprs) -> None:
+        p = self.programs(n)
+        epoch, done = self.ws.next_epoch(p)
+        ws = self.ws
+        kernel[(p,)](
+            self.heap.context, ws.entry, ws.exit, ws.counter, epoch, done, *args,
+            BLOCK=self.block, num_warps=self.warps, **constexprs,
+        )  # fmt: skip
+        if self.cfg.check_errors:
+            _raise_timeouts(self.heap, ws, self.name)
+
+
+def _raise_timeouts(heap, ws: Workspace, name: str) -> None:
+    try:
+        heap.check_device_errors()
+    except WaitTimeoutError as e:
+        owner = ws.flag_owner(e.offset)
+        if owner is None:
+            raise
+        phase, missing = owner
+        doing = "reach" if phase == "entry" else "finish"
+        raise CollectiveTimeoutError(
+            f"{name} timed out on rank {heap.rank}: rank {missing} did not {doing} it within about "
+            f"{heap.wait_timeout:g} s (collective #{ws.epoch} on this heap). Rank {missing} crashed, "
+            "is stuck, or called a different collective. Call iris.ccl.reset() on every rank before "
+            "the next collective; heap.wait_timeout sets the bound.",
+            collective=name, missing_rank=missing, rank=heap.rank, offset=e.offset, value=e.value,
+        ) from e  # fmt: skip
+
+
+def _reduce_flags(dtype: torch.dtype) -> dict:
+    return {"ACC_F32": dtype in (torch.float16, torch.bfloat16), "IS_FLOAT": dtype.is_floating_point}
+
+
+def _on_heap(heap, t: torch.Tensor) -> bool:
+    return heap.is_symmetric(t)
+
+
+# -- collectives ------------------------------------------------------------------------------------
+
+
+def all_reduce(tensor: torch.Tensor, op: str = "sum", *, heap=None, config: Config | None = None) -> torch.Tensor:
+    """In place: every rank's ``tensor`` becomes ``op`` over all ranks' tensors (ranks combined in order).
+
+    fp16/bf16 accumulate in fp32. Variants: ``one_shot`` (each rank reads every peer's copy;
+    lowest latency), ``two_shot`` (rank r reduces chunk r and writes it into every rank: each
+    byte read once and written once), ``rs_ag`` (reduce-scatter into a workspace, then an
+    all-gather by reads: only remote reads), ``auto`` (by size).
+    """
+    heap = _heap(heap)
+    _check_tensor(tensor, "tensor", heap)
+    code = _check_op(op, tensor.dtype)
+    run = _Launch(heap, config, "all_reduce")
+    variant = run.cfg.variant
+    n = tensor.numel()
+    if variant == "auto":
+        variant = "one_shot" if heap.world_size == 1 or n * tensor.element_size() <= ONE_SHOT_MAX_BYTES else "two_shot"
+    flat = tensor.reshape(-1)
+    flags = {"OP": code, **_reduce_flags(tensor.dtype)}
+    if n == 0:
+        barrier(heap=heap)
+        return tensor
+    if variant == "one_shot":
+        staged = run.ws.staging("in", flat)
+        staged.copy_(flat)
+        run.run(run.k.one_shot_kernel, n, staged, flat, n, **flags)
+        return tensor
+    in_place = _on_heap(heap, tensor)
+    buf = flat if in_place else run.ws.staging("in", flat)
+    if not in_place:
+        buf.copy_(flat)
+    chunk = -(-n // heap.world_size)
+    if variant == "two_shot":
+        run.run(run.k.reduce_kernel, chunk, buf, buf, n, chunk, PUSH=True, DST_CHUNKED=True, **flags)
+        if not in_place:
+            flat.copy_(buf)
+        return tensor
+    # rs_ag: reduce chunk `rank` into the workspace, then every rank reads every chunk.
+    mid = run.ws.staging("out", flat)
+    run.run(run.k.reduce_kernel, chunk, buf, mid, n, chunk, PUSH=False, DST_CHUNKED=True, **flags)
+    src, dst = _words(mid), _words(flat)
+    run.run(run.k.gather_kernel, chunk, src, dst, chunk, n, chunk, 0, chunk, heap.rank, heap.world_size)
+    return tensor
+
+
+def all_gather(out: torch.Tensor, inp: torch.Tensor, *, heap=None, config: Config | None = None) -> torch.Tensor:
+    """``out`` = every rank's ``inp`` concatenated along dim 0, in rank order.
+
+    ``out`` has shape ``(W * inp.shape[0], *inp.shape[1:])`` (or ``(W, *inp.shape)``).
+    """
+    heap = _heap(heap)
+    _check_tensor(out, "out", heap)
+    _check_tensor(inp, "inp", heap)
+    _check_same_dtype(out, inp)
+    w = heap.world_size
+    cat = (w * inp.shape[0], *inp.shape[1:]) if inp.dim() else (w,)
+    if tuple(out.shape) not in (cat, (w, *inp.shape)):
+        raise ValueError(f"all_gather: out must have shape {cat} (or {(w, *inp.shape)}) for inp of shape {tuple(inp.shape)} and world size {w}; got {tuple(out.shape)}")
+    _check_disjoint(out, inp)
+    run = _Launch(heap, config, "all_gather")
+    src = _staged_input(run, heap, inp)
+    n = inp.numel()
+    run.run(run.k.gather_kernel, n, _words(src), _words(out), n, w * n, 0, 0, n, heap.rank, w)
+    return out
+
+
+def reduce_scatter(out: torch.Tensor, inp: torch.Tensor, op: str = "sum", *, heap=None, config: Config | None = None) -> torch.Tensor:
+    """``out`` = ``op`` over ranks of chunk ``rank`` of ``inp`` (``inp`` is W equal chunks along dim 0)."""
+    heap = _heap(heap)
+    _check_tensor(out, "out", heap)
+    _check_tensor(inp, "inp", heap)
+    _check_same_dtype(out, inp)
+    code = _check_op(op, inp.dtype)
+    w = heap.world_size
+    if inp.dim() == 0 or inp.shape[0] % w:
+        raise ValueError(f"reduce_scatter: inp's dim 0 ({tuple(inp.shape)}) must be divisible by the world size {w}")
+    chunk_shape = (inp.shape[0] // w, *inp.shape[1:])
+    if tuple(out.shape) != chunk_shape:
+        raise ValueError(f"reduce_scatter: out must have shape {chunk_shape} for inp of shape {tuple(inp.shape)} and world size {w}; got {tuple(out.shape)}")
+    _check_disjoint(out, inp)
+    run = _Launch(heap, config, "reduce_scatter")
+    src = _staged_input(run, heap, inp)
+    chunk = out.numel()
+    flags = {"OP": code, **_reduce_flags(inp.dtype)}
+    run.run(run.k.reduce_kernel, chunk, src.reshape(-1), out.reshape(-1), w * chunk, chunk, PUSH=False, DST_CHUNKED=False, **flags)
+    return out
+
+
+def all_to_all(out: torch.Tensor, inp: torch.Tensor, *, heap=None, config: Config | None = None) -> torch.Tensor:
+    """Chunk j of ``inp`` goes to rank j; chunk i of ``out`` came from rank i (W equal chunks along dim 0)."""
+    heap = _heap(heap)
+    _check_tensor(out, "out", heap)
+    _check_tensor(inp, "inp", heap)
+    _check_same_dtype(out, inp)
+    w = heap.world_size
+    if inp.dim() == 0 or inp.shape[0] % w:
+        raise ValueError(f"all_to_all: inp's dim 0 ({tuple(inp.shape)}) must be divisible by the world size {w}")
+    if out.shape != inp.shape:
+        raise ValueError(f"all_to_all: out must have inp's shape {tuple(inp.shape)}; got {tuple(out.shape)}")
+    _check_disjoint(out, inp)
+    run = _Launch(heap, config, "all_to_all")
+    src = _staged_input(run, heap, inp)
+    c = inp.numel() // w
+    run.run(run.k.gather_kernel, c, _words(src), _words(out), c, w * c, 0, heap.rank * c, c, heap.rank, w)
+    return out
+
+
+def broadcast(tensor: torch.Tensor, src: int, *, heap=None, config: Config | None = None) -> torch.Tensor:
+    """In place: every rank's ``tensor`` becomes rank ``src``'s."""
+    heap = _heap(heap)
+    _check_tensor(tensor, "tensor", heap)
+    if isinstance(src, bool) or not isinstance(src, int):
+        raise TypeError(f"src must be an int rank, got {src!r}")
+    if not 0 <= src < heap.world_size:
+        raise ValueError(f"src rank {src} is out of range for world size {heap.world_size}")
+    run = _Launch(heap, config, "broadcast")
+    n = tensor.numel()
+    if _on_heap(heap, tensor):
+        data = tensor
+    else:
+        data = run.ws.staging("in", tensor)
+        if heap.rank == src:
+            data.copy_(tensor)
+    count = 0 if heap.rank == src else 1
+    run.run(run.k.gather_kernel, n, _words(data), _words(tensor), n, n, 0, 0, 0, src, count)
+    return tensor
+
+
+def barrier(*, heap=None) -> None:
+    """Device-side barrier of every rank of the heap, in stream order (epoch counted)."""
+    heap = _heap(heap)
+    run = _Launch(heap, None, "barrier")
+    ws = run.ws
+    epoch, _ = ws.next_epoch(0)
+    run.k.barrier_kernel[(1,)](heap.context, ws.entry, epoch)
+    _raise_timeouts(heap, ws, "barrier")
+
+
+def reset(*, heap=None) -> None:
+    """Collective (host): forget every collective's epochs, after a ``CollectiveTimeoutError``.
+
+    Every rank must call it; it waits for every rank's device work and for every rank.
+    """
+    heap = _heap(heap)
+    if heap.device.type == "cuda":
+        torch.cuda.synchronize(heap.device)
+    try:
+        heap.check_device_errors()
+    except WaitTimeoutError:
+        pass
+    heap.barrier()
+    workspace_of(heap).reset()
+    heap.barrier()
+
+
+def _staged_input(run: _Launch, heap, inp: torch.Tensor) -> torch.Tensor:
+    """``inp`` itself if peers can read it (it is on the heap), else its copy in the workspace."""
+    if _on_heap(heap, inp):
+        return inp
+    staged = run.ws.staging("in", inp)
+    staged.copy_(inp)
+    return staged

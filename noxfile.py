@@ -38,6 +38,13 @@ LAYERS = {
     "heap": Layer("iris-heap"),
     "triton": Layer("iris-mem-triton", siblings=("iris-heap",), tritons=(TRITON_OLDEST, TRITON_NEWEST)),
     "gluon": Layer("iris-mem-gluon", siblings=("iris-heap",), tritons=(TRITON_OLDEST, TRITON_NEWEST)),
+    "ccl": Layer(
+        "iris-ccl",
+        siblings=("iris-heap", "iris-mem-triton", "iris-mem-gluon"),
+        extras="gluon",
+        tritons=(TRITON_NEWEST,),
+        backends=("triton",),
+    ),
 }
 
 

@@ -91,6 +91,19 @@ def _reduce_tile(ctx, src, mask, OP: tl.constexpr, ACC_F32: tl.constexpr, IS_FLO
 
 
 @triton.jit
+def _cast_out(acc, out_dtype: tl.constexpr):
+    """acc in the output dtype; fp32 -> bf16 rounds to nearest even explicitly, so interpreted
+    and compiled runs give the same bits (the interpreter's own conversion truncates)."""
+    if out_dtype == tl.bfloat16:
+        bits = acc.to(tl.uint32, bitcast=True)
+        rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).to(tl.uint16)
+        out = tl.where(acc != acc, acc.to(tl.bfloat16), rounded.to(tl.bfloat16, bitcast=True))
+    else:
+        out = acc.to(out_dtype)
+    return out
+
+
+@triton.jit
 def barrier_kernel(context_ptr, entry, epoch):
     ctx = Context.initialize(context_ptr)
     _arrive(ctx, entry, epoch)
@@ -110,7 +123,7 @@ def one_shot_kernel(
         offs = t * BLOCK + tl.arange(0, BLOCK)
         mask = offs < N
         acc = _reduce_tile(ctx, src + offs, mask, OP, ACC_F32, IS_FLOAT)
-        tl.store(dst + offs, acc.to(dst.dtype.element_ty), mask=mask)
+        tl.store(dst + offs, _cast_out(acc, dst.dtype.element_ty), mask=mask)
         t += tl.num_programs(0)
     _leave(ctx, exit_flags, counter, epoch, done_target)
 
@@ -136,7 +149,7 @@ def reduce_kernel(
         offs = start + local
         mask = (local < chunk) & (offs < N)
         acc = _reduce_tile(ctx, src + offs, mask, OP, ACC_F32, IS_FLOAT)
-        out = acc.to(dst.dtype.element_ty)
+        out = _cast_out(acc, dst.dtype.element_ty)
         if DST_CHUNKED:
             where = dst + offs
         else:

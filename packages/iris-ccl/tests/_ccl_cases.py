@@ -1,0 +1,210 @@
+"""Rank-side checks of the collectives against plain torch (module-level: spawned ranks import it).
+
+Every rank builds every rank's input from a seed, so each can compute the torch reference for
+the whole world locally; results must match it exactly (the kernels combine ranks in rank order
+with the same accumulation dtype as the reference).
+"""
+
+import hashlib
+
+import torch
+import torch.distributed as dist
+
+import iris.ccl as ccl
+import iris.heap
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.int32]
+SHAPES = [(1,), (7,), (5, 3), (4, 6, 2), (300,)]  # (300,) spans several 64-element tiles
+VARIANTS = ["one_shot", "two_shot", "rs_ag"]
+BLOCK = 64
+
+
+def make(rank, shape, dtype, seed):
+    g = torch.Generator().manual_seed(seed * 1000 + rank)
+    if dtype.is_floating_point:
+        return torch.randn(shape, generator=g).to(dtype)
+    return torch.randint(-1000, 1000, shape, generator=g, dtype=dtype)
+
+
+def reference_reduce(inputs, op):
+    acc_dtype = torch.float32 if inputs[0].dtype in (torch.float16, torch.bfloat16) else inputs[0].dtype
+    acc = inputs[0].to(acc_dtype)
+    for x in inputs[1:]:
+        x = x.to(acc_dtype)
+        acc = acc + x if op in ("sum", "avg") else (torch.maximum(acc, x) if op == "max" else torch.minimum(acc, x))
+    if op == "avg":
+        acc = acc / len(inputs)
+    return acc.to(inputs[0].dtype)
+
+
+def ops_for(dtype):
+    return ["sum", "max", "min", "avg"] if dtype.is_floating_point else ["sum", "max", "min"]
+
+
+def place(heap, t, on_heap):
+    return heap.as_symmetric(t) if on_heap else t.to(heap.device).clone()
+
+
+def _check(got, want, what):
+    got = got.cpu()
+    assert got.dtype == want.dtype and got.shape == want.shape, (what, got.dtype, got.shape, want.shape)
+    assert torch.equal(got, want), f"{what}: max |diff| {(got.double() - want.double()).abs().max().item()}"
+
+
+def check_all(rank, world_size, backend):
+    heap = iris.heap.init(1 << 24)
+    w, dev = world_size, heap.device
+    digest = hashlib.sha256()
+    seed = 0
+    for dtype in DTYPES:
+        for shape in SHAPES:
+            for on_heap in (True, False):
+                seed += 1
+                cfg = ccl.Config(block_size=BLOCK, num_programs=2, backend=backend)
+                inputs = [make(r, shape, dtype, seed) for r in range(w)]
+                # all_reduce: every variant; every op on the small shapes, sum on all
+                for variant in VARIANTS:
+                    vcfg = ccl.Config(variant=variant, block_size=BLOCK, num_programs=2, backend=backend)
+                    for op in ops_for(dtype) if shape in [(7,), (300,)] else ["sum"]:
+                        t = place(heap, inputs[rank], on_heap)
+                        ccl.all_reduce(t, op=op, config=vcfg)
+                        _check(t, reference_reduce(inputs, op), f"all_reduce {variant} {op} {dtype} {shape} heap={on_heap}")
+                        digest.update(t.cpu().view(-1).view(torch.uint8).numpy().tobytes())
+                # all_gather
+                inp = place(heap, inputs[rank], on_heap)
+                out = torch.empty((w * shape[0], *shape[1:]), dtype=dtype, device=dev)
+                ccl.all_gather(out, inp, config=cfg)
+                _check(out, torch.cat(inputs), f"all_gather {dtype} {shape} heap={on_heap}")
+                # reduce_scatter and all_to_all: W chunks of `shape` along dim 0
+                chunks = [make(r, (w * shape[0], *shape[1:]), dtype, seed + 7) for r in range(w)]
+                for op in ops_for(dtype) if shape == (7,) else ["sum"]:
+                    out = torch.empty(shape, dtype=dtype, device=dev)
+                    ccl.reduce_scatter(out, place(heap, chunks[rank], on_heap), op=op, config=cfg)
+                    want = reference_reduce([c.chunk(w)[rank] for c in chunks], op)
+                    _check(out, want, f"reduce_scatter {op} {dtype} {shape} heap={on_heap}")
+                out = torch.empty_like(chunks[rank], device=dev)
+                ccl.all_to_all(out, place(heap, chunks[rank], on_heap), config=cfg)
+                _check(out, torch.cat([c.chunk(w)[rank] for c in chunks]), f"all_to_all {dtype} {shape} heap={on_heap}")
+                # broadcast from a rank that changes with the case
+                src = seed % w
+                t = place(heap, inputs[rank], on_heap)
+                ccl.broadcast(t, src, config=cfg)
+                _check(t, inputs[src], f"broadcast src={src} {dtype} {shape} heap={on_heap}")
+    ccl.barrier()
+    heap.check_symmetry()
+    return digest.hexdigest()
+
+
+def back_to_back(rank, world_size, backend, count):
+    """``count`` collectives with no host barrier between them; each consumes the previous result."""
+    heap = iris.heap.init(1 << 22)
+    w = world_size
+    x = heap.full((257,), float(rank + 1))
+    gathered = torch.empty(w * 257, device=heap.device)
+    expected = torch.full((257,), float(rank + 1))
+    variants = ["one_shot", "two_shot", "rs_ag"]
+    for i in range(count):
+        kind = i % 4
+        cfg = ccl.Config(variant=variants[i % 3], block_size=128, num_programs=2, backend=backend)
+        if kind == 0:
+            ccl.all_reduce(x, config=cfg)  # x = sum over ranks
+            total = sum(expected_r for expected_r in _all_expected(expected, w))
+            expected = total
+        elif kind == 1:
+            x.mul_(0.5)
+            expected = expected * 0.5
+        elif kind == 2:
+            ccl.all_gather(gathered, x, config=cfg)
+            x.copy_(gathered.view(w, 257)[(rank + 1) % w])  # now holds the right neighbour's values
+            expected = _all_expected(expected, w)[(rank + 1) % w]
+        else:
+            ccl.broadcast(x, i % w, config=cfg)
+            expected = _all_expected(expected, w)[i % w]
+    assert torch.equal(x.cpu(), expected), (x, expected)
+    return x.sum().item()
+
+
+def _all_expected(mine, w):
+    """Every rank's expected tensor: gathered over gloo from the host-side model (no device work)."""
+    if w == 1:
+        return [mine]
+    out = [None] * w
+    dist.all_gather_object(out, mine)
+    return out
+
+
+def bad_inputs(rank, world_size, backend):
+    heap = iris.heap.init(1 << 20)
+    w, dev = world_size, heap.device
+    cfg = ccl.Config(backend=backend)
+    x = heap.zeros(8 * w)
+    from iris.ccl.workspace import workspace_of
+
+    ccl.barrier()
+    epoch = workspace_of(heap).epoch
+    import pytest
+
+    cases = [
+        (ValueError, "out must have shape", lambda: ccl.all_gather(torch.empty(w * 8 + 1, device=dev), x[:8], config=cfg)),
+        (TypeError, "same dtype", lambda: ccl.all_gather(torch.empty(w * 8, dtype=torch.float64, device=dev), x[:8].clone(), config=cfg)),
+        (ValueError, "overlap", lambda: ccl.all_gather(x, x[:8], config=cfg) if w > 1 else ccl.all_to_all(x, x, config=cfg)),
+        (ValueError, "out must have shape", lambda: ccl.reduce_scatter(torch.empty(3, device=dev), x, config=cfg)),
+        (TypeError, "same dtype", lambda: ccl.reduce_scatter(torch.empty(8, dtype=torch.float16, device=dev), x, config=cfg)),
+        (ValueError, "unknown op", lambda: ccl.all_reduce(x, op="prod", config=cfg)),
+        (ValueError, "unknown op", lambda: ccl.reduce_scatter(torch.empty(8, device=dev), x, op="mean", config=cfg)),
+        (TypeError, "needs a floating-point", lambda: ccl.all_reduce(heap.zeros(4, dtype=torch.int32), op="avg", config=cfg)),
+        (TypeError, "cannot reduce", lambda: ccl.all_reduce(heap.zeros(4, dtype=torch.bool), config=cfg)),
+        (ValueError, "contiguous", lambda: ccl.all_reduce(heap.zeros(4, 4).t(), config=cfg)),
+        (ValueError, "must have inp's shape", lambda: ccl.all_to_all(torch.empty(w * 8 + w, device=dev), x, config=cfg)),
+        (ValueError, "src rank", lambda: ccl.broadcast(x, w, config=cfg)),
+        (ValueError, "src rank", lambda: ccl.broadcast(x, -1, config=cfg)),
+        (TypeError, "src must be an int", lambda: ccl.broadcast(x, 0.0, config=cfg)),
+        (TypeError, "torch.Tensor", lambda: ccl.all_reduce([1.0], config=cfg)),
+        (TypeError, "iris.ccl.Config", lambda: ccl.all_reduce(x, config={"variant": "one_shot"})),
+        (ValueError, "unknown variant", lambda: ccl.Config(variant="tree")),
+        (ValueError, "unknown backend", lambda: ccl.Config(backend="cuda")),
+        (ValueError, "power of two", lambda: ccl.Config(block_size=100)),
+        (ValueError, "positive int", lambda: ccl.Config(num_programs=0)),
+    ]
+    if w > 1:
+        cases += [
+            (ValueError, "divisible by the world size", lambda: ccl.reduce_scatter(torch.empty(1, device=dev), heap.zeros(w + 1), config=cfg)),
+            (ValueError, "divisible by the world size", lambda: ccl.all_to_all(heap.zeros(w + 1), heap.zeros(w + 1), config=cfg)),
+        ]
+    if dev.type == "cpu":
+        cases.append((ValueError, "is on meta", lambda: ccl.all_reduce(torch.empty(4, device="meta"), config=cfg)))
+    else:
+        cases.append((ValueError, "is on cpu", lambda: ccl.all_reduce(torch.zeros(4), config=cfg)))
+    for exc, match, call in cases:
+        with pytest.raises(exc, match=match):
+            call()
+    assert workspace_of(heap).epoch == epoch, "a rejected call must not launch anything"
+    y = heap.ones(5)
+    ccl.all_reduce(y, config=cfg)  # still fine afterwards
+    assert torch.equal(y.cpu(), torch.full((5,), float(w)))
+
+
+def missing_rank(rank, world_size, backend):
+    import time
+
+    import pytest
+
+    heap = iris.heap.init(1 << 20)
+    heap.wait_timeout = 1.0
+    cfg = ccl.Config(backend=backend, block_size=64)
+    x = heap.ones(100)
+    ccl.all_reduce(x, config=cfg)
+    skipper = world_size - 1
+    if rank == skipper:
+        time.sleep(0.5)  # this rank skips the collective the others enter
+    else:
+        t0 = time.monotonic()
+        with pytest.raises(ccl.CollectiveTimeoutError, match=rf"all_reduce timed out on rank {rank}: rank {skipper} did not reach it") as info:
+            ccl.all_reduce(x, config=cfg)
+        assert info.value.missing_rank == skipper and info.value.collective == "all_reduce"
+        assert time.monotonic() - t0 < 60
+    ccl.reset()
+    heap.wait_timeout = 60.0
+    y = heap.full((70,), float(rank))
+    ccl.all_reduce(y, config=cfg)  # the heap and the collectives work again
+    assert torch.equal(y.cpu(), torch.full((70,), float(sum(range(world_size)))))

@@ -1,0 +1,27 @@
+"""Every collective against torch, at world sizes 1-4, on heap and non-heap tensors."""
+
+import pytest
+
+import _ccl_cases
+from conftest import WORLD_SIZES
+
+
+@pytest.mark.parametrize("world_size", WORLD_SIZES)
+def test_every_collective_matches_torch_and_ranks_agree_bitwise(world, backend, world_size):
+    digests = world.run(_ccl_cases.check_all, world_size, backend)
+    assert len(set(digests)) == 1, "all_reduce results differ between ranks"
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_200_back_to_back_collectives_need_no_host_barrier(world, backend, world_size):
+    world.run(_ccl_cases.back_to_back, world_size, backend, 200)
+
+
+@pytest.mark.parametrize("world_size", [1, 3])
+def test_bad_input_is_rejected_before_any_kernel(world, backend, world_size):
+    world.run(_ccl_cases.bad_inputs, world_size, backend)
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_a_rank_that_skips_a_collective_times_out_the_others(world, backend, world_size):
+    world.run(_ccl_cases.missing_rank, world_size, backend)

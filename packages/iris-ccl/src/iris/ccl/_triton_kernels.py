@@ -49,6 +49,7 @@ def _enter(ctx, entry, epoch):
 
 @triton.jit
 def _leave(ctx, exit_flags, counter, epoch, done_target):
+    tl.debug_barrier()  # every thread's stores are done before this program's release
     done = tl.atomic_add(counter, 1, sem="acq_rel", scope="sys") + 1
     if done == done_target:
         _arrive(ctx, exit_flags, epoch)

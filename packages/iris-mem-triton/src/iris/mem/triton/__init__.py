@@ -1,0 +1,73 @@
+"""iris.mem.triton: remote memory access on the Iris symmetric heap from ``@triton.jit`` kernels.
+
+>>> import triton, triton.language as tl
+>>> from iris.mem.triton import Context
+>>> @triton.jit
+... def ring_put(x_ptr, context_ptr, N: tl.constexpr):
+...     ctx = Context.initialize(context_ptr)
+...     offs = tl.arange(0, N)
+...     ctx.put(x_ptr + offs, x_ptr + offs, (ctx.rank + 1) % ctx.world_size)
+
+Runs compiled on GPUs and under ``TRITON_INTERPRET=1`` on CPU ranks.
+"""
+
+from __future__ import annotations
+
+import iris.heap as _heap
+
+from . import ops
+from ._interpreter import InterpreterAtomicError
+from .context import Context
+from .ops import (
+    atomic_add,
+    atomic_and,
+    atomic_cas,
+    atomic_max,
+    atomic_min,
+    atomic_or,
+    atomic_sub,
+    atomic_xchg,
+    atomic_xor,
+    copy,
+    get,
+    load,
+    put,
+    store,
+    translate,
+    wait,
+)
+
+__version__ = "0.1.0"
+
+#: The ``heap.context`` layout (``iris.heap.CONTEXT_ABI_VERSION``) this code reads.
+CONTEXT_ABI_VERSION = 1
+
+if _heap.CONTEXT_ABI_VERSION != CONTEXT_ABI_VERSION:
+    raise ImportError(
+        f"iris.mem.triton {__version__} reads device-context ABI version {CONTEXT_ABI_VERSION}, but the "
+        f"installed iris-heap provides version {_heap.CONTEXT_ABI_VERSION}; install an iris-heap release "
+        "within iris-mem-triton's declared range"
+    )
+
+__all__ = [
+    "CONTEXT_ABI_VERSION",
+    "Context",
+    "InterpreterAtomicError",
+    "atomic_add",
+    "atomic_and",
+    "atomic_cas",
+    "atomic_max",
+    "atomic_min",
+    "atomic_or",
+    "atomic_sub",
+    "atomic_xchg",
+    "atomic_xor",
+    "copy",
+    "get",
+    "load",
+    "ops",
+    "put",
+    "store",
+    "translate",
+    "wait",
+]

@@ -1,0 +1,130 @@
+"""``Context``: the device context as a Triton aggregate, with every operation of :mod:`.ops` as a method.
+
+The methods pass the context's own rank and heap bases to the free functions; they add nothing.
+"""
+
+# no `from __future__ import annotations`: triton 3.6 checks fields with isinstance(value, annotation).
+
+import triton
+import triton.language as tl
+
+from . import ops
+from ._aggregate import aggregate
+
+__all__ = ["Context"]
+
+
+@aggregate
+class Context:
+    """This rank's view of the symmetric heap inside a kernel: ``Context.initialize(heap.context)``.
+
+    ``rank`` and ``world_size`` are int64 scalars; ``heap_bases`` points at the W heap bases and
+    ``context_ptr`` at the whole context (for bounded waits). Pointers passed to the methods are
+    local heap addresses; the rank argument says whose copy is touched.
+    """
+
+    rank: tl.tensor
+    world_size: tl.tensor
+    heap_bases: tl.tensor
+    context_ptr: tl.tensor
+
+    def __init__(self, rank, world_size, heap_bases, context_ptr):
+        self.rank = rank
+        self.world_size = world_size
+        self.heap_bases = heap_bases
+        self.context_ptr = context_ptr
+
+    @staticmethod
+    @triton.jit
+    def initialize(context_ptr):
+        """Read rank and world size from the int64 context tensor ``heap.context``."""
+        return Context(tl.load(context_ptr + 0), tl.load(context_ptr + 1), context_ptr + 2, context_ptr)
+
+    @triton.jit
+    def translate(self, ptr, to_rank, hint: tl.constexpr = None):
+        """``ptr`` (local) -> the same place in ``to_rank``'s heap."""
+        return ops.translate(ptr, self.rank, to_rank, self.heap_bases, hint)
+
+    @triton.jit
+    def load(
+        self,
+        ptr,
+        from_rank,
+        mask=None,
+        other=None,
+        cache_modifier: tl.constexpr = None,
+        volatile: tl.constexpr = False,
+        hint: tl.constexpr = None,
+    ):
+        """Read ``from_rank``'s copy of ``ptr``."""
+        return ops.load(ptr, self.rank, from_rank, self.heap_bases, mask, other, cache_modifier, volatile, hint)
+
+    @triton.jit
+    def store(self, ptr, value, to_rank, mask=None, cache_modifier: tl.constexpr = None, hint: tl.constexpr = None):
+        """Write ``value`` into ``to_rank``'s copy of ``ptr``."""
+        ops.store(ptr, value, self.rank, to_rank, self.heap_bases, mask, cache_modifier, hint)
+
+    @triton.jit
+    def get(self, src, dst, from_rank, mask=None, other=None, hint: tl.constexpr = None):
+        """Copy ``from_rank``'s ``src`` into the local ``dst``."""
+        ops.get(src, dst, self.rank, from_rank, self.heap_bases, mask, other, hint)
+
+    @triton.jit
+    def put(self, src, dst, to_rank, mask=None, hint: tl.constexpr = None):
+        """Copy the local ``src`` into ``to_rank``'s ``dst``."""
+        ops.put(src, dst, self.rank, to_rank, self.heap_bases, mask, hint)
+
+    @triton.jit
+    def copy(self, src, dst, from_rank, to_rank, mask=None, other=None, hint: tl.constexpr = None):
+        """Copy ``from_rank``'s ``src`` into ``to_rank``'s ``dst``."""
+        ops.copy(src, dst, self.rank, from_rank, to_rank, self.heap_bases, mask, other, hint)
+
+    @triton.jit
+    def atomic_add(self, ptr, val, to_rank, mask=None, sem: tl.constexpr = None, scope: tl.constexpr = None):
+        """Atomic add on ``to_rank``'s copy of ``ptr``; returns the old value."""
+        return ops.atomic_add(ptr, val, self.rank, to_rank, self.heap_bases, mask, sem, scope)
+
+    @triton.jit
+    def atomic_sub(self, ptr, val, to_rank, mask=None, sem: tl.constexpr = None, scope: tl.constexpr = None):
+        """Atomic subtract on ``to_rank``'s copy of ``ptr``; returns the old value."""
+        return ops.atomic_sub(ptr, val, self.rank, to_rank, self.heap_bases, mask, sem, scope)
+
+    @triton.jit
+    def atomic_xchg(self, ptr, val, to_rank, mask=None, sem: tl.constexpr = None, scope: tl.constexpr = None):
+        """Atomic exchange on ``to_rank``'s copy of ``ptr``; returns the old value."""
+        return ops.atomic_xchg(ptr, val, self.rank, to_rank, self.heap_bases, mask, sem, scope)
+
+    @triton.jit
+    def atomic_cas(self, ptr, cmp, val, to_rank, sem: tl.constexpr = None, scope: tl.constexpr = None):
+        """Atomic compare-and-swap on ``to_rank``'s copy of ``ptr``; returns the old value."""
+        return ops.atomic_cas(ptr, cmp, val, self.rank, to_rank, self.heap_bases, sem, scope)
+
+    @triton.jit
+    def atomic_and(self, ptr, val, to_rank, mask=None, sem: tl.constexpr = None, scope: tl.constexpr = None):
+        """Atomic bitwise and on ``to_rank``'s copy of ``ptr``; returns the old value."""
+        return ops.atomic_and(ptr, val, self.rank, to_rank, self.heap_bases, mask, sem, scope)
+
+    @triton.jit
+    def atomic_or(self, ptr, val, to_rank, mask=None, sem: tl.constexpr = None, scope: tl.constexpr = None):
+        """Atomic bitwise or on ``to_rank``'s copy of ``ptr``; returns the old value."""
+        return ops.atomic_or(ptr, val, self.rank, to_rank, self.heap_bases, mask, sem, scope)
+
+    @triton.jit
+    def atomic_xor(self, ptr, val, to_rank, mask=None, sem: tl.constexpr = None, scope: tl.constexpr = None):
+        """Atomic bitwise xor on ``to_rank``'s copy of ``ptr``; returns the old value."""
+        return ops.atomic_xor(ptr, val, self.rank, to_rank, self.heap_bases, mask, sem, scope)
+
+    @triton.jit
+    def atomic_min(self, ptr, val, to_rank, mask=None, sem: tl.constexpr = None, scope: tl.constexpr = None):
+        """Atomic minimum on ``to_rank``'s copy of ``ptr``; returns the old value."""
+        return ops.atomic_min(ptr, val, self.rank, to_rank, self.heap_bases, mask, sem, scope)
+
+    @triton.jit
+    def atomic_max(self, ptr, val, to_rank, mask=None, sem: tl.constexpr = None, scope: tl.constexpr = None):
+        """Atomic maximum on ``to_rank``'s copy of ``ptr``; returns the old value."""
+        return ops.atomic_max(ptr, val, self.rank, to_rank, self.heap_bases, mask, sem, scope)
+
+    @triton.jit
+    def wait(self, flag_ptr, value, cmp: tl.constexpr = None):
+        """Bounded acquire spin on the LOCAL flag until ``flag cmp value``; False on timeout (see ``ops.wait``)."""
+        return ops.wait(flag_ptr, value, self.context_ptr, cmp)

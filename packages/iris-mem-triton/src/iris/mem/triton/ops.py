@@ -1,0 +1,356 @@
+"""Remote memory access on the symmetric heap, as ``@triton.jit`` free functions.
+
+Every pointer argument is a **local** heap address (a scalar pointer or a tensor of pointers);
+the rank arguments say whose copy is touched. ``heap_bases`` points at the context's base
+entries (``context_ptr + 2``). Masked-off elements are neither read nor written; ``other``
+only fills masked-off lanes of the loaded value. Atomics return the old value; ``sem=None`` is
+``"acq_rel"`` and ``scope=None`` is ``"sys"`` (visible to other GPUs and processes).
+
+The same code runs compiled and under ``TRITON_INTERPRET=1``.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+from iris.heap import context as _abi
+
+from ._interpreter import check_atomic
+
+__all__ = [
+    "translate",
+    "load",
+    "store",
+    "get",
+    "put",
+    "copy",
+    "atomic_add",
+    "atomic_sub",
+    "atomic_xchg",
+    "atomic_cas",
+    "atomic_and",
+    "atomic_or",
+    "atomic_xor",
+    "atomic_min",
+    "atomic_max",
+    "wait",
+]
+
+#: Every heap base is a multiple of this many bytes (page- or allocation-aligned in practice).
+BASE_ALIGNMENT = tl.constexpr(16)
+_ERROR_WAIT_TIMEOUT = tl.constexpr(_abi.ERROR_WAIT_TIMEOUT)
+
+_COMPARISONS = ("==", "!=", ">=", ">", "<=", "<")
+
+
+@triton.constexpr_function
+def _align_elements(dtype):
+    """BASE_ALIGNMENT in elements of ``dtype`` (a byte delta between bases divides by it exactly)."""
+    size = max(1, dtype.primitive_bitwidth // 8)
+    return max(1, BASE_ALIGNMENT.value // size)
+
+
+@triton.constexpr_function
+def _bits_of(dtype):
+    """The integer type of ``dtype``'s width for floats (CAS and exchange act on bits), else ``dtype``."""
+    if not dtype.is_floating():
+        return dtype
+    return {16: tl.int16, 32: tl.int32, 64: tl.int64}[dtype.primitive_bitwidth]
+
+
+@triton.constexpr_function
+def _sem(sem):
+    return "acq_rel" if sem is None else sem
+
+
+@triton.constexpr_function
+def _scope(scope):
+    return "sys" if scope is None else scope
+
+
+@triton.constexpr_function
+def _comparison(cmp):
+    cmp = "==" if cmp is None else cmp
+    if cmp not in _COMPARISONS:
+        raise ValueError(f"iris.mem.triton.wait: cmp must be one of {', '.join(_COMPARISONS)}, got {cmp!r}")
+    return cmp
+
+
+# -- translation and plain accesses ------------------------------------------------------------
+
+
+@triton.jit
+def translate(ptr, cur_rank, to_rank, heap_bases, hint: tl.constexpr = None):
+    """``ptr`` (cur_rank's heap) -> the same place in ``to_rank``'s heap, as mapped in this process.
+
+    Adds the distance between the two bases in whole elements, so the result keeps the
+    contiguity and alignment the compiler knows of ``ptr`` (vector loads stay vector loads).
+    ``hint`` (constexpr int or tuple) additionally asserts ``multiple_of``/``max_contiguous``.
+    """
+    delta = tl.load(heap_bases + to_rank) - tl.load(heap_bases + cur_rank)
+    # delta is a multiple of BASE_ALIGNMENT bytes: writing it so tells the compiler too.
+    delta = (delta // BASE_ALIGNMENT) * _align_elements(ptr.dtype.element_ty)
+    out = ptr + delta
+    if hint is not None:
+        out = tl.max_contiguous(tl.multiple_of(out, hint), hint)
+    return out
+
+
+@triton.jit
+def load(
+    ptr,
+    cur_rank,
+    from_rank,
+    heap_bases,
+    mask=None,
+    other=None,
+    cache_modifier: tl.constexpr = None,
+    volatile: tl.constexpr = False,
+    hint: tl.constexpr = None,
+):
+    """Read ``from_rank``'s copy of ``ptr``: ``tl.load`` semantics for ``mask``/``other``/``cache_modifier``/``volatile``."""
+    src = translate(ptr, cur_rank, from_rank, heap_bases, hint)
+    return tl.load(src, mask=mask, other=other, cache_modifier=cache_modifier, volatile=volatile)
+
+
+@triton.jit
+def store(
+    ptr, value, cur_rank, to_rank, heap_bases, mask=None, cache_modifier: tl.constexpr = None, hint: tl.constexpr = None
+):
+    """Write ``value`` into ``to_rank``'s copy of ``ptr`` (elements where ``mask`` holds)."""
+    dst = translate(ptr, cur_rank, to_rank, heap_bases, hint)
+    tl.store(dst, value, mask=mask, cache_modifier=cache_modifier)
+
+
+@triton.jit
+def get(src, dst, cur_rank, from_rank, heap_bases, mask=None, other=None, hint: tl.constexpr = None):
+    """Copy ``from_rank``'s ``src`` into the local ``dst``."""
+    tl.store(dst, load(src, cur_rank, from_rank, heap_bases, mask, other, hint=hint), mask=mask)
+
+
+@triton.jit
+def put(src, dst, cur_rank, to_rank, heap_bases, mask=None, hint: tl.constexpr = None):
+    """Copy the local ``src`` into ``to_rank``'s ``dst``."""
+    store(dst, tl.load(src, mask=mask), cur_rank, to_rank, heap_bases, mask, hint=hint)
+
+
+@triton.jit
+def copy(src, dst, cur_rank, from_rank, to_rank, heap_bases, mask=None, other=None, hint: tl.constexpr = None):
+    """Copy ``from_rank``'s ``src`` into ``to_rank``'s ``dst`` (neither rank need be ``cur_rank``)."""
+    value = load(src, cur_rank, from_rank, heap_bases, mask, other, hint=hint)
+    store(dst, value, cur_rank, to_rank, heap_bases, mask, hint=hint)
+
+
+# -- atomics -------------------------------------------------------------------------------------
+
+
+@triton.jit
+def atomic_add(
+    ptr, val, cur_rank, to_rank, heap_bases, mask=None, sem: tl.constexpr = None, scope: tl.constexpr = None
+):
+    """Atomically add ``val`` to ``to_rank``'s copy of ``ptr``; returns the old value."""
+    check_atomic(ptr.dtype.element_ty, "atomic_add")
+    dst = translate(ptr, cur_rank, to_rank, heap_bases)
+    return tl.atomic_add(dst, val, mask=mask, sem=_sem(sem), scope=_scope(scope))
+
+
+@triton.jit
+def atomic_sub(
+    ptr, val, cur_rank, to_rank, heap_bases, mask=None, sem: tl.constexpr = None, scope: tl.constexpr = None
+):
+    """Atomically subtract ``val`` from ``to_rank``'s copy of ``ptr`` (wrapping for unsigned); returns the old value."""
+    check_atomic(ptr.dtype.element_ty, "atomic_sub")
+    dst = translate(ptr, cur_rank, to_rank, heap_bases)
+    negated = 0 - tl.cast(val, ptr.dtype.element_ty)
+    return tl.atomic_add(dst, negated, mask=mask, sem=_sem(sem), scope=_scope(scope))
+
+
+@triton.jit
+def atomic_xchg(
+    ptr, val, cur_rank, to_rank, heap_bases, mask=None, sem: tl.constexpr = None, scope: tl.constexpr = None
+):
+    """Atomically replace ``to_rank``'s copy of ``ptr`` with ``val``; returns the old value.
+
+    32- and 64-bit elements (floats exchange their bits); Triton has no 16-bit exchange."""
+    check_atomic(ptr.dtype.element_ty, "atomic_xchg")
+    dst = translate(ptr, cur_rank, to_rank, heap_bases)
+    elem: tl.constexpr = ptr.dtype.element_ty
+    bits: tl.constexpr = _bits_of(elem)
+    if bits == elem:
+        old = tl.atomic_xchg(dst, val, mask=mask, sem=_sem(sem), scope=_scope(scope))
+    else:
+        new = tl.cast(tl.cast(val, elem), bits, bitcast=True)
+        old = tl.atomic_xchg(
+            dst.to(tl.pointer_type(bits), bitcast=True), new, mask=mask, sem=_sem(sem), scope=_scope(scope)
+        )
+        old = old.to(elem, bitcast=True)
+    return old
+
+
+@triton.jit
+def atomic_cas(ptr, cmp, val, cur_rank, to_rank, heap_bases, sem: tl.constexpr = None, scope: tl.constexpr = None):
+    """Atomically set ``to_rank``'s copy of ``ptr`` to ``val`` where it equals ``cmp``; returns the old value.
+
+    Floats compare bitwise (as hardware CAS does: -0.0 != 0.0, a NaN matches its own bits)."""
+    check_atomic(ptr.dtype.element_ty, "atomic_cas")
+    dst = translate(ptr, cur_rank, to_rank, heap_bases)
+    elem: tl.constexpr = ptr.dtype.element_ty
+    bits: tl.constexpr = _bits_of(elem)
+    expected = tl.cast(tl.cast(cmp, elem), bits, bitcast=True)
+    new = tl.cast(tl.cast(val, elem), bits, bitcast=True)
+    old = tl.atomic_cas(dst.to(tl.pointer_type(bits), bitcast=True), expected, new, sem=_sem(sem), scope=_scope(scope))
+    return old.to(elem, bitcast=True)
+
+
+@triton.jit
+def atomic_and(
+    ptr, val, cur_rank, to_rank, heap_bases, mask=None, sem: tl.constexpr = None, scope: tl.constexpr = None
+):
+    """Atomic bitwise and into ``to_rank``'s copy of ``ptr``; returns the old value."""
+    check_atomic(ptr.dtype.element_ty, "atomic_and")
+    dst = translate(ptr, cur_rank, to_rank, heap_bases)
+    return tl.atomic_and(dst, val, mask=mask, sem=_sem(sem), scope=_scope(scope))
+
+
+@triton.jit
+def atomic_or(ptr, val, cur_rank, to_rank, heap_bases, mask=None, sem: tl.constexpr = None, scope: tl.constexpr = None):
+    """Atomic bitwise or into ``to_rank``'s copy of ``ptr``; returns the old value."""
+    check_atomic(ptr.dtype.element_ty, "atomic_or")
+    dst = translate(ptr, cur_rank, to_rank, heap_bases)
+    return tl.atomic_or(dst, val, mask=mask, sem=_sem(sem), scope=_scope(scope))
+
+
+@triton.jit
+def atomic_xor(
+    ptr, val, cur_rank, to_rank, heap_bases, mask=None, sem: tl.constexpr = None, scope: tl.constexpr = None
+):
+    """Atomic bitwise xor into ``to_rank``'s copy of ``ptr``; returns the old value."""
+    check_atomic(ptr.dtype.element_ty, "atomic_xor")
+    dst = translate(ptr, cur_rank, to_rank, heap_bases)
+    return tl.atomic_xor(dst, val, mask=mask, sem=_sem(sem), scope=_scope(scope))
+
+
+@triton.constexpr_function
+def _unsigned_of(dtype):
+    return {32: tl.uint32, 64: tl.uint64}[dtype.primitive_bitwidth]
+
+
+@triton.constexpr_function
+def _is_wide_float(dtype):
+    return dtype.is_floating() and dtype.primitive_bitwidth in (32, 64)
+
+
+@triton.jit
+def _float_extremum(dst, val, mask, sem: tl.constexpr, scope: tl.constexpr, IS_MIN: tl.constexpr):
+    """fp32/fp64 min/max on the bits: signed integer order for non-negative values, reversed
+    unsigned order for negative ones. (Triton 3.6's own float min/max returns wrong old values
+    under the interpreter.)"""
+    elem: tl.constexpr = dst.dtype.element_ty
+    ity: tl.constexpr = _bits_of(elem)
+    uty: tl.constexpr = _unsigned_of(elem)
+    v, dst = tl.broadcast(tl.cast(val, elem), dst)
+    iv = v.to(ity, bitcast=True)
+    uv = v.to(uty, bitcast=True)
+    pos = iv >= 0
+    neg = iv < 0
+    if mask is not None:
+        pos = pos & mask
+        neg = neg & mask
+    i_dst = dst.to(tl.pointer_type(ity), bitcast=True)
+    u_dst = dst.to(tl.pointer_type(uty), bitcast=True)
+    if IS_MIN:
+        pos_old = tl.atomic_min(i_dst, iv, mask=pos, sem=sem, scope=scope)
+        neg_old = tl.atomic_max(u_dst, uv, mask=neg, sem=sem, scope=scope)
+    else:
+        pos_old = tl.atomic_max(i_dst, iv, mask=pos, sem=sem, scope=scope)
+        neg_old = tl.atomic_min(u_dst, uv, mask=neg, sem=sem, scope=scope)
+    old = tl.where(iv >= 0, pos_old, neg_old.to(ity, bitcast=True))
+    return old.to(elem, bitcast=True)
+
+
+@triton.jit
+def atomic_min(
+    ptr, val, cur_rank, to_rank, heap_bases, mask=None, sem: tl.constexpr = None, scope: tl.constexpr = None
+):
+    """Atomic minimum into ``to_rank``'s copy of ``ptr``; returns the old value."""
+    check_atomic(ptr.dtype.element_ty, "atomic_min")
+    dst = translate(ptr, cur_rank, to_rank, heap_bases)
+    if _is_wide_float(ptr.dtype.element_ty):
+        old = _float_extremum(dst, val, mask, _sem(sem), _scope(scope), True)
+    else:
+        old = tl.atomic_min(dst, val, mask=mask, sem=_sem(sem), scope=_scope(scope))
+    return old
+
+
+@triton.jit
+def atomic_max(
+    ptr, val, cur_rank, to_rank, heap_bases, mask=None, sem: tl.constexpr = None, scope: tl.constexpr = None
+):
+    """Atomic maximum into ``to_rank``'s copy of ``ptr``; returns the old value."""
+    check_atomic(ptr.dtype.element_ty, "atomic_max")
+    dst = translate(ptr, cur_rank, to_rank, heap_bases)
+    if _is_wide_float(ptr.dtype.element_ty):
+        old = _float_extremum(dst, val, mask, _sem(sem), _scope(scope), False)
+    else:
+        old = tl.atomic_max(dst, val, mask=mask, sem=_sem(sem), scope=_scope(scope))
+    return old
+
+
+# -- bounded wait ----------------------------------------------------------------------------------
+
+
+@triton.jit
+def _holds(seen, value, cmp: tl.constexpr):
+    if cmp == "==":
+        result = seen == value
+    elif cmp == "!=":
+        result = seen != value
+    elif cmp == ">=":
+        result = seen >= value
+    elif cmp == ">":
+        result = seen > value
+    elif cmp == "<=":
+        result = seen <= value
+    else:
+        result = seen < value
+    return result
+
+
+@triton.jit
+def _poll(flag_ptr):
+    return tl.atomic_add(flag_ptr, 0, sem="acquire", scope="sys")
+
+
+@triton.jit
+def wait(flag_ptr, value, context_ptr, cmp: tl.constexpr = None):
+    """Spin (acquire, sys scope) until the LOCAL flag at ``flag_ptr`` satisfies ``flag cmp value``.
+
+    Returns True when it does. Returns False at once if the context already holds an error, or
+    after the context's ``wait_limit`` spins; a timeout records ERROR_WAIT_TIMEOUT (first waiter
+    wins by CAS), the flag's heap offset and its last value, which ``heap.check_device_errors()``
+    raises as ``WaitTimeoutError``. ``cmp``: "==" (None), "!=", ">=", ">", "<=", "<".
+    """
+    op: tl.constexpr = _comparison(cmp)
+    world_size = tl.load(context_ptr + 1)
+    limit = tl.load(context_ptr + 2 + world_size)
+    error_ptr = context_ptr + 3 + world_size
+    healthy = tl.load(error_ptr, volatile=True) == 0
+    seen = _poll(flag_ptr)
+    done = _holds(seen, value, op)
+    spins = limit * 0
+    while healthy & (done == 0) & (spins < limit):
+        seen = _poll(flag_ptr)
+        done = _holds(seen, value, op)
+        spins += 1
+    if healthy & (done == 0):
+        if (
+            tl.atomic_cas(
+                error_ptr, tl.cast(0, tl.int64), tl.cast(_ERROR_WAIT_TIMEOUT, tl.int64), sem="acq_rel", scope="sys"
+            )
+            == 0
+        ):
+            rank = tl.load(context_ptr)
+            base = tl.load(context_ptr + 2 + rank)
+            tl.store(context_ptr + 4 + world_size, flag_ptr.to(tl.int64, bitcast=True) - base)
+            tl.store(context_ptr + 5 + world_size, seen.to(tl.int64))
+    return healthy & done

@@ -1,0 +1,446 @@
+"""The kernels of the iris.mem.triton test suite (imported lazily: TRITON_INTERPRET must be set first).
+
+Each kernel takes the device context and, with ``FREE=True``, uses the free functions with the
+rank and bases read from the context by hand instead of the ``Context`` aggregate, so every test
+covers both APIs. ``compile_cases()`` lists every kernel with its signatures for the
+compile-only test.
+"""
+
+import triton
+import triton.language as tl
+
+import iris.mem.triton as imt
+from iris.mem.triton import Context
+
+
+@triton.jit
+def _raw(context_ptr):
+    """rank, world_size, heap_bases straight from the context (the free-function API's inputs)."""
+    return tl.load(context_ptr), tl.load(context_ptr + 1), context_ptr + 2
+
+
+# -- load / store / get / put / copy -------------------------------------------------------------
+
+
+@triton.jit
+def load_kernel(src, out, context_ptr, n_valid, other, N: tl.constexpr, FREE: tl.constexpr,
+                CACHE: tl.constexpr = None, VOLATILE: tl.constexpr = False):  # fmt: skip
+    """out[t] = rank t's src (other where offs >= n_valid), for every rank t."""
+    ctx = Context.initialize(context_ptr)
+    rank, world_size, bases = _raw(context_ptr)
+    offs = tl.arange(0, N)
+    mask = offs < n_valid
+    for t in range(world_size):
+        if FREE:
+            v = imt.load(src + offs, rank, t, bases, mask, other, CACHE, VOLATILE)
+        else:
+            v = ctx.load(src + offs, t, mask=mask, other=other, cache_modifier=CACHE, volatile=VOLATILE)
+        tl.store(out + t * N + offs, v)
+
+
+@triton.jit
+def store_kernel(src, dst, context_ptr, n_valid, N: tl.constexpr, FREE: tl.constexpr, CACHE: tl.constexpr = None):
+    """Rank t's dst[rank] = local src where offs < n_valid, for every rank t."""
+    ctx = Context.initialize(context_ptr)
+    rank, world_size, bases = _raw(context_ptr)
+    offs = tl.arange(0, N)
+    mask = offs < n_valid
+    value = tl.load(src + offs)
+    for t in range(world_size):
+        if FREE:
+            imt.store(dst + rank * N + offs, value, rank, t, bases, mask, CACHE)
+        else:
+            ctx.store(dst + rank * N + offs, value, t, mask=mask, cache_modifier=CACHE)
+
+
+@triton.jit
+def get_kernel(src, dst, context_ptr, n_valid, other, N: tl.constexpr, FREE: tl.constexpr, HINT: tl.constexpr = None):
+    """Local dst[t] = rank t's src where offs < n_valid, for every rank t."""
+    ctx = Context.initialize(context_ptr)
+    rank, world_size, bases = _raw(context_ptr)
+    offs = tl.arange(0, N)
+    mask = offs < n_valid
+    for t in range(world_size):
+        if FREE:
+            imt.get(src + offs, dst + t * N + offs, rank, t, bases, mask, other, HINT)
+        else:
+            ctx.get(src + offs, dst + t * N + offs, t, mask=mask, other=other, hint=HINT)
+
+
+@triton.jit
+def put_kernel(src, dst, context_ptr, n_valid, N: tl.constexpr, FREE: tl.constexpr, HINT: tl.constexpr = None):
+    """Rank t's dst[rank] = local src where offs < n_valid, for every rank t."""
+    ctx = Context.initialize(context_ptr)
+    rank, world_size, bases = _raw(context_ptr)
+    offs = tl.arange(0, N)
+    mask = offs < n_valid
+    for t in range(world_size):
+        if FREE:
+            imt.put(src + offs, dst + rank * N + offs, rank, t, bases, mask, HINT)
+        else:
+            ctx.put(src + offs, dst + rank * N + offs, t, mask=mask, hint=HINT)
+
+
+@triton.jit
+def copy_kernel(src, dst, context_ptr, n_valid, other, N: tl.constexpr, FREE: tl.constexpr):
+    """Rank b's dst[rank, a] = rank a's src where offs < n_valid, for every pair of ranks (a, b)."""
+    ctx = Context.initialize(context_ptr)
+    rank, world_size, bases = _raw(context_ptr)
+    offs = tl.arange(0, N)
+    mask = offs < n_valid
+    for a in range(world_size):
+        for b in range(world_size):
+            slot = dst + (rank * world_size + a) * N + offs
+            if FREE:
+                imt.copy(src + offs, slot, rank, a, b, bases, mask, other)
+            else:
+                ctx.copy(src + offs, slot, a, b, mask=mask, other=other)
+
+
+@triton.jit
+def translate_kernel(x, out, context_ptr, FREE: tl.constexpr):
+    """out[t] = the address of x in rank t's heap, as mapped in this process."""
+    ctx = Context.initialize(context_ptr)
+    rank, world_size, bases = _raw(context_ptr)
+    for t in range(world_size):
+        if FREE:
+            p = imt.translate(x, rank, t, bases)
+        else:
+            p = ctx.translate(x, t)
+        tl.store(out + t, p.to(tl.int64, bitcast=True))
+
+
+@triton.jit
+def shapes_kernel(x, scalars, grid, context_ptr, ROWS: tl.constexpr, COLS: tl.constexpr, FREE: tl.constexpr):
+    """Scalar pointers and 2-D tensors of pointers, for every rank t: scalars[t] = rank t's x[0];
+    rank t's x[ROWS * COLS + rank] = that + 1; grid[t] = rank t's x[:ROWS * COLS] as a ROWS x COLS
+    block, the last row masked off (other = -1)."""
+    ctx = Context.initialize(context_ptr)
+    rank, world_size, bases = _raw(context_ptr)
+    offs = tl.arange(0, ROWS)[:, None] * COLS + tl.arange(0, COLS)[None, :]
+    mask = offs < (ROWS - 1) * COLS
+    for t in range(world_size):
+        if FREE:
+            s = imt.load(x, rank, t, bases)
+            imt.store(x + ROWS * COLS + rank, s + 1, rank, t, bases)
+            imt.get(x + offs, grid + t * ROWS * COLS + offs, rank, t, bases, mask, -1)
+        else:
+            s = ctx.load(x, t)
+            ctx.store(x + ROWS * COLS + rank, s + 1, t)
+            ctx.get(x + offs, grid + t * ROWS * COLS + offs, t, mask=mask, other=-1)
+        tl.store(scalars + t, s)
+
+
+# -- atomics -------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _atomic(
+    ctx, rank, bases, ptr, val, t, mask, OP: tl.constexpr, FREE: tl.constexpr, SEM: tl.constexpr, SCOPE: tl.constexpr
+):
+    """One atomic read-modify-write of rank t's copy of ptr (atomic_cas: ``val`` is (cmp, new))."""
+    if OP == "cas":
+        cmp, new = val
+        if FREE:
+            old = imt.atomic_cas(ptr, cmp, new, rank, t, bases, SEM, SCOPE)
+        else:
+            old = ctx.atomic_cas(ptr, cmp, new, t, sem=SEM, scope=SCOPE)
+    elif FREE:
+        if OP == "add":
+            old = imt.atomic_add(ptr, val, rank, t, bases, mask, SEM, SCOPE)
+        elif OP == "sub":
+            old = imt.atomic_sub(ptr, val, rank, t, bases, mask, SEM, SCOPE)
+        elif OP == "xchg":
+            old = imt.atomic_xchg(ptr, val, rank, t, bases, mask, SEM, SCOPE)
+        elif OP == "and":
+            old = imt.atomic_and(ptr, val, rank, t, bases, mask, SEM, SCOPE)
+        elif OP == "or":
+            old = imt.atomic_or(ptr, val, rank, t, bases, mask, SEM, SCOPE)
+        elif OP == "xor":
+            old = imt.atomic_xor(ptr, val, rank, t, bases, mask, SEM, SCOPE)
+        elif OP == "min":
+            old = imt.atomic_min(ptr, val, rank, t, bases, mask, SEM, SCOPE)
+        else:
+            old = imt.atomic_max(ptr, val, rank, t, bases, mask, SEM, SCOPE)
+    else:
+        if OP == "add":
+            old = ctx.atomic_add(ptr, val, t, mask=mask, sem=SEM, scope=SCOPE)
+        elif OP == "sub":
+            old = ctx.atomic_sub(ptr, val, t, mask=mask, sem=SEM, scope=SCOPE)
+        elif OP == "xchg":
+            old = ctx.atomic_xchg(ptr, val, t, mask=mask, sem=SEM, scope=SCOPE)
+        elif OP == "and":
+            old = ctx.atomic_and(ptr, val, t, mask=mask, sem=SEM, scope=SCOPE)
+        elif OP == "or":
+            old = ctx.atomic_or(ptr, val, t, mask=mask, sem=SEM, scope=SCOPE)
+        elif OP == "xor":
+            old = ctx.atomic_xor(ptr, val, t, mask=mask, sem=SEM, scope=SCOPE)
+        elif OP == "min":
+            old = ctx.atomic_min(ptr, val, t, mask=mask, sem=SEM, scope=SCOPE)
+        else:
+            old = ctx.atomic_max(ptr, val, t, mask=mask, sem=SEM, scope=SCOPE)
+    return old
+
+
+@triton.jit
+def atomic_kernel(buf, vals, shared_olds, private_olds, context_ptr, init, OP: tl.constexpr, LANES: tl.constexpr,
+                  REPS: tl.constexpr, FREE: tl.constexpr, SEM: tl.constexpr = None, SCOPE: tl.constexpr = None):  # fmt: skip
+    """On every rank t: every lane of every program applies OP with vals[rank, lane] to t's buf[0]
+    (REPS times; old values to shared_olds[t, pid, rep, lane]), and program 0's lane 0 applies it
+    once to t's private word buf[1 + rank * LANES] (old value to private_olds[t]).
+
+    buf layout: [shared word, then LANES words per rank]. atomic_cas swaps init -> vals (lanes
+    other than lane 0 compare against init + 1 on the private words, so they never swap)."""
+    ctx = Context.initialize(context_ptr)
+    rank, world_size, bases = _raw(context_ptr)
+    pid = tl.program_id(0)
+    lane = tl.arange(0, LANES)
+    val = tl.load(vals + rank * LANES + lane)
+    elem = buf.dtype.element_ty
+    initial = (tl.full([LANES], 0, elem) + init).to(elem)
+    shared = buf + lane * 0
+    private = buf + 1 + rank * LANES + lane
+    first = (lane + pid) == 0  # (lane == 0) & (pid == 0): the interpreter rejects that mask
+    for t in range(world_size):
+        for rep in range(REPS):
+            if OP == "cas":
+                old = _atomic(ctx, rank, bases, shared, (initial, val), t, None, OP, FREE, SEM, SCOPE)
+            else:
+                old = _atomic(ctx, rank, bases, shared, val, t, None, OP, FREE, SEM, SCOPE)
+            tl.store(shared_olds + ((t * tl.num_programs(0) + pid) * REPS + rep) * LANES + lane, old)
+        if OP == "cas":
+            cmp = tl.where(lane == 0, initial, initial + 1)
+            if pid == 0:
+                old = _atomic(ctx, rank, bases, private, (cmp, val), t, None, OP, FREE, SEM, SCOPE)
+                tl.store(private_olds + t + lane * 0, old, mask=lane == 0)
+        else:
+            old = _atomic(ctx, rank, bases, private, val, t, first, OP, FREE, SEM, SCOPE)
+            tl.store(private_olds + t + lane * 0, old, mask=first)
+
+
+@triton.jit
+def scalar_atomic_kernel(counter, olds, context_ptr, REPS: tl.constexpr, FREE: tl.constexpr):
+    """Scalar pointers: REPS atomic_add(1) into every rank's counter; olds[t, rep] the values seen."""
+    ctx = Context.initialize(context_ptr)
+    rank, world_size, bases = _raw(context_ptr)
+    for t in range(world_size):
+        for rep in range(REPS):
+            if FREE:
+                old = imt.atomic_add(counter, 1, rank, t, bases)
+            else:
+                old = ctx.atomic_add(counter, 1, t)
+            tl.store(olds + t * REPS + rep, old)
+
+
+@triton.jit
+def spinlock_kernel(lock, counter, failed, context_ptr, ITERS: tl.constexpr, LIMIT: tl.constexpr, FREE: tl.constexpr):
+    """ITERS times: take rank 0's lock by CAS (acquire), increment rank 0's counter with a plain
+    load and store, release by xchg (release). failed[0] = 1 if a lock wait passed LIMIT spins."""
+    ctx = Context.initialize(context_ptr)
+    rank, world_size, bases = _raw(context_ptr)
+    for _ in range(ITERS):
+        spins = 0
+        if FREE:
+            got = imt.atomic_cas(lock, 0, 1, rank, 0, bases, sem="acquire")
+        else:
+            got = ctx.atomic_cas(lock, 0, 1, 0, sem="acquire")
+        while (got != 0) & (spins < LIMIT):
+            if FREE:
+                got = imt.atomic_cas(lock, 0, 1, rank, 0, bases, sem="acquire")
+            else:
+                got = ctx.atomic_cas(lock, 0, 1, 0, sem="acquire")
+            spins += 1
+        if got == 0:
+            if FREE:
+                v = imt.load(counter, rank, 0, bases)
+                imt.store(counter, v + 1, rank, 0, bases)
+                tl.debug_barrier()
+                imt.atomic_xchg(lock, 0, rank, 0, bases, sem="release")
+            else:
+                v = ctx.load(counter, 0)
+                ctx.store(counter, v + 1, 0)
+                tl.debug_barrier()
+                ctx.atomic_xchg(lock, 0, 0, sem="release")
+        else:
+            tl.store(failed, 1)
+
+
+@triton.jit
+def message_kernel(data, inbox, flags, out, context_ptr, ROUNDS: tl.constexpr, N: tl.constexpr, FREE: tl.constexpr):
+    """ROUNDS times: put data + round into the next rank's inbox[round], then signal its flag with
+    a release atomic; wait (acquire) for our own flag >= round + 1 and copy inbox[round] to out[round]."""
+    ctx = Context.initialize(context_ptr)
+    rank, world_size, bases = _raw(context_ptr)
+    nxt = (rank + 1) % world_size
+    offs = tl.arange(0, N)
+    for r in range(ROUNDS):
+        payload = tl.load(data + offs) + r
+        # every thread's stores must precede the (single-thread) release atomic that signals them
+        if FREE:
+            imt.store(inbox + r * N + offs, payload, rank, nxt, bases)
+            tl.debug_barrier()
+            imt.atomic_add(flags, 1, rank, nxt, bases, sem="release")
+            ok = imt.wait(flags, r + 1, context_ptr, ">=")
+        else:
+            ctx.store(inbox + r * N + offs, payload, nxt)
+            tl.debug_barrier()
+            ctx.atomic_add(flags, 1, nxt, sem="release")
+            ok = ctx.wait(flags, r + 1, ">=")
+        if ok:
+            tl.store(out + r * N + offs, tl.load(inbox + r * N + offs))
+
+
+# -- bounded wait --------------------------------------------------------------------------------
+
+
+@triton.jit
+def wait_kernel(flag, value, result, context_ptr, CMP: tl.constexpr, FREE: tl.constexpr):
+    """result[0] = wait(flag, value, CMP) as 0/1."""
+    ctx = Context.initialize(context_ptr)
+    if FREE:
+        ok = imt.wait(flag, value, context_ptr, CMP)
+    else:
+        ok = ctx.wait(flag, value, CMP)
+    tl.store(result, ok.to(tl.int32))
+
+
+@triton.jit
+def wait_default_kernel(flag, value, result, context_ptr):
+    """result[0] = ctx.wait(flag, value) with the default comparison (==)."""
+    ctx = Context.initialize(context_ptr)
+    tl.store(result, ctx.wait(flag, value).to(tl.int32))
+
+
+# -- the compile-only cases ----------------------------------------------------------------------
+
+RMA_DTYPES = ("i8", "i32", "fp16", "bf16", "fp32")
+ATOMIC_OPS = ("add", "sub", "xchg", "cas", "and", "or", "xor", "min", "max")
+SEMS = (None, "relaxed", "acquire", "release", "acq_rel")
+SCOPES = (None, "cta", "gpu", "sys")
+COMPARISONS = ("==", "!=", ">=", ">", "<=", "<")
+
+
+def _atomic_dtypes(op):
+    ints = ("i32", "u32", "i64", "u64")
+    if op in ("and", "or", "xor"):
+        return ints
+    if op in ("add", "cas"):
+        return ints + ("fp16", "bf16", "fp32", "fp64")
+    return ints + ("fp32", "fp64")  # sub, xchg (no 16-bit exchange in Triton), min, max
+
+
+def compile_cases():
+    """(label, kernel, signature, constexprs) for every kernel above, in the variants the tests use."""
+    cases = []
+    ctx = {"context_ptr": "*i64"}
+    for dt in RMA_DTYPES:
+        for free in (False, True):
+            cases += [
+                (f"load[{dt},free={free}]", load_kernel,
+                 {"src": f"*{dt}", "out": f"*{dt}", **ctx, "n_valid": "i32", "other": "fp32", "N": "constexpr", "FREE": "constexpr"},
+                 {"N": 64, "FREE": free}),
+                (f"store[{dt},free={free}]", store_kernel,
+                 {"src": f"*{dt}", "dst": f"*{dt}", **ctx, "n_valid": "i32", "N": "constexpr", "FREE": "constexpr"},
+                 {"N": 64, "FREE": free}),
+                (f"get[{dt},free={free}]", get_kernel,
+                 {"src": f"*{dt}", "dst": f"*{dt}", **ctx, "n_valid": "i32", "other": "fp32", "N": "constexpr", "FREE": "constexpr"},
+                 {"N": 64, "FREE": free}),
+                (f"put[{dt},free={free}]", put_kernel,
+                 {"src": f"*{dt}", "dst": f"*{dt}", **ctx, "n_valid": "i32", "N": "constexpr", "FREE": "constexpr"},
+                 {"N": 64, "FREE": free}),
+                (f"copy[{dt},free={free}]", copy_kernel,
+                 {"src": f"*{dt}", "dst": f"*{dt}", **ctx, "n_valid": "i32", "other": "fp32", "N": "constexpr", "FREE": "constexpr"},
+                 {"N": 64, "FREE": free}),
+            ]  # fmt: skip
+    for cache, volatile in ((None, True), (".cg", False), (".ca", False), (".cv", False)):
+        cases.append((f"load[cache={cache},volatile={volatile}]", load_kernel,
+                      {"src": "*fp32", "out": "*fp32", **ctx, "n_valid": "i32", "other": "fp32", "N": "constexpr",
+                       "FREE": "constexpr", "CACHE": "constexpr", "VOLATILE": "constexpr"},
+                      {"N": 64, "FREE": False, "CACHE": cache, "VOLATILE": volatile}))  # fmt: skip
+    for cache in (".wb", ".cg", ".cs", ".wt"):
+        cases.append((f"store[cache={cache}]", store_kernel,
+                      {"src": "*fp32", "dst": "*fp32", **ctx, "n_valid": "i32", "N": "constexpr", "FREE": "constexpr", "CACHE": "constexpr"},
+                      {"N": 64, "FREE": True, "CACHE": cache}))  # fmt: skip
+    for free in (False, True):
+        cases += [
+            (f"get[hint=16,free={free}]", get_kernel,
+             {"src": "*fp32", "dst": "*fp32", **ctx, "n_valid": "i32", "other": "fp32", "N": "constexpr", "FREE": "constexpr", "HINT": "constexpr"},
+             {"N": 64, "FREE": free, "HINT": 16}),
+            (f"translate[free={free}]", translate_kernel, {"x": "*fp32", "out": "*i64", **ctx, "FREE": "constexpr"}, {"FREE": free}),
+            (f"shapes[free={free}]", shapes_kernel,
+             {"x": "*i32", "scalars": "*i32", "grid": "*i32", **ctx, "ROWS": "constexpr", "COLS": "constexpr", "FREE": "constexpr"},
+             {"ROWS": 4, "COLS": 16, "FREE": free}),
+            (f"scalar_atomic[free={free}]", scalar_atomic_kernel,
+             {"counter": "*i32", "olds": "*i32", **ctx, "REPS": "constexpr", "FREE": "constexpr"}, {"REPS": 4, "FREE": free}),
+            (f"spinlock[free={free}]", spinlock_kernel,
+             {"lock": "*i32", "counter": "*i32", "failed": "*i32", **ctx, "ITERS": "constexpr", "LIMIT": "constexpr", "FREE": "constexpr"},
+             {"ITERS": 4, "LIMIT": 1000, "FREE": free}),
+            (f"message[free={free}]", message_kernel,
+             {"data": "*fp32", "inbox": "*fp32", "flags": "*i32", "out": "*fp32", **ctx, "ROUNDS": "constexpr", "N": "constexpr", "FREE": "constexpr"},
+             {"ROUNDS": 3, "N": 64, "FREE": free}),
+        ]  # fmt: skip
+        for cmp in COMPARISONS:
+            cases.append((f"wait[{cmp},free={free}]", wait_kernel,
+                          {"flag": "*i32", "value": "i32", "result": "*i32", **ctx, "CMP": "constexpr", "FREE": "constexpr"},
+                          {"CMP": cmp, "FREE": free}))  # fmt: skip
+    cases.append(("wait[default]", wait_default_kernel, {"flag": "*i32", "value": "i32", "result": "*i32", **ctx}, {}))
+    for dt in ("i8", "fp16", "fp32"):
+        cases += [(f"stream[{name},{dt}]", fn, sig, consts) for name, fn, sig, consts in stream_cases(dt, 1024)]
+
+    def atomic(op, dt, free, sem=None, scope=None):
+        init = "fp32" if dt.startswith(("fp", "bf")) else "i64" if dt.endswith("64") else "i32"
+        sig = {"buf": f"*{dt}", "vals": f"*{dt}", "shared_olds": f"*{dt}", "private_olds": f"*{dt}", **ctx, "init": init,
+               "OP": "constexpr", "LANES": "constexpr", "REPS": "constexpr", "FREE": "constexpr", "SEM": "constexpr", "SCOPE": "constexpr"}  # fmt: skip
+        consts = {"OP": op, "LANES": 16, "REPS": 2, "FREE": free, "SEM": sem, "SCOPE": scope}
+        return (f"atomic[{op},{dt},free={free},sem={sem},scope={scope}]", atomic_kernel, sig, consts)
+
+    for op in ATOMIC_OPS:
+        for dt in _atomic_dtypes(op):
+            cases.append(atomic(op, dt, dt == "i32"))
+        if op in ("add", "xchg", "cas"):  # one of each lowering: read-modify-write, exchange, CAS
+            for sem in SEMS:
+                for scope in SCOPES:
+                    cases.append(atomic(op, "i32", False, sem, scope))
+    return cases
+
+
+# -- streaming copies (vectorization check; the benchmark has its own) ----------------------------
+
+
+@triton.jit
+def stream_local_kernel(src, dst, context_ptr, n, BLOCK: tl.constexpr):
+    """dst = src, plain Triton, no translation: the reference for vector widths."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(dst + offs, tl.load(src + offs, mask=mask), mask=mask)
+
+
+@triton.jit
+def stream_kernel(src, dst, context_ptr, n, OP: tl.constexpr, BLOCK: tl.constexpr):
+    """dst = src through one translated operation against the next rank."""
+    ctx = Context.initialize(context_ptr)
+    peer = (ctx.rank + 1) % ctx.world_size
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    if OP == "load":
+        tl.store(dst + offs, ctx.load(src + offs, peer, mask=mask), mask=mask)
+    elif OP == "store":
+        ctx.store(dst + offs, tl.load(src + offs, mask=mask), peer, mask=mask)
+    elif OP == "get":
+        ctx.get(src + offs, dst + offs, peer, mask=mask)
+    elif OP == "put":
+        ctx.put(src + offs, dst + offs, peer, mask=mask)
+    else:
+        ctx.copy(src + offs, dst + offs, peer, ctx.rank, mask=mask)
+
+
+STREAM_OPS = ("load", "store", "get", "put", "copy")
+
+
+def stream_cases(dtype="fp32", block=1024):
+    """(name, kernel, signature, constexprs) of the local copy and each translated operation."""
+    sig = {"src": f"*{dtype}", "dst": f"*{dtype}", "context_ptr": "*i64", "n": "i32"}
+    cases = [("local", stream_local_kernel, {**sig, "BLOCK": "constexpr"}, {"BLOCK": block})]
+    for op in STREAM_OPS:
+        cases.append((op, stream_kernel, {**sig, "OP": "constexpr", "BLOCK": "constexpr"}, {"OP": op, "BLOCK": block}))
+    return cases

@@ -93,3 +93,35 @@ def demo(session: nox.Session) -> None:
     constraints = [] if _has_gpu() else ["-c", str(CPU_CONSTRAINTS)]
     session.install(*constraints, str(ROOT / "packages" / "iris-heap"))
     session.run("python", str(ROOT / "packages" / "iris-heap" / "examples" / "heap_demo.py"), *session.posargs)
+
+
+_INSTALL_GLUON_CHECK = """
+import importlib.metadata as md, importlib.util, sys
+import iris.heap, iris.mem.gluon
+assert iris.mem.gluon.__version__ == "0.1.0", iris.mem.gluon.__version__
+for module in ("iris.heap", "iris.mem.gluon"):
+    where = importlib.util.find_spec(module).origin
+    assert where.startswith(sys.prefix), f"{module} imported from {where}, not from the installed wheel"
+for module in ("iris.mem.triton", "iris.ccl"):
+    assert importlib.util.find_spec(module) is None, f"{module} is importable but was not installed"
+iris_dists = sorted(d.metadata["Name"] for d in md.distributions() if d.metadata["Name"].startswith("iris-"))
+assert iris_dists == ["iris-heap", "iris-mem-gluon"], iris_dists
+print("installed alone:", iris_dists)
+"""
+
+
+@nox.session(name="install-gluon")
+def install_gluon(session: nox.Session) -> None:
+    """The wheels of iris-heap and iris-mem-gluon, installed alone, give iris.heap and iris.mem.gluon
+    (whose Gluon kernels then run) and no iris.mem.triton or iris.ccl."""
+    wheels = Path(session.create_tmp()) / "wheels"
+    shutil.rmtree(wheels, ignore_errors=True)
+    for dist in ("iris-heap", "iris-mem-gluon"):
+        folder = str(ROOT / "packages" / dist)
+        session.run("python", "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(wheels), folder)
+    constraints = [] if _has_gpu() else ["-c", str(CPU_CONSTRAINTS)]
+    session.install(*constraints, f"triton=={TRITON_NEWEST}", *sorted(str(w) for w in wheels.glob("*.whl")))
+    session.chdir(session.create_tmp())  # nothing of the checkout on sys.path
+    session.run("python", "-c", _INSTALL_GLUON_CHECK)
+    kernel = ROOT / "packages" / "iris-mem-gluon" / "tests" / "_gluon_plain_kernel.py"
+    session.run("python", str(kernel), env={} if _has_gpu() else {"TRITON_INTERPRET": "1"})

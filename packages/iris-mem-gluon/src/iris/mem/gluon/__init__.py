@@ -1,0 +1,92 @@
+"""iris.mem.gluon: remote memory access on the Iris symmetric heap from ``@gluon.jit`` kernels.
+
+>>> from triton.experimental import gluon
+>>> from triton.experimental.gluon import language as gl
+>>> from iris.mem.gluon import Context
+>>> @gluon.jit
+... def ring_put(x_ptr, context_ptr, N: gl.constexpr, layout: gl.constexpr):
+...     ctx = Context.initialize(context_ptr)
+...     offs = gl.arange(0, N, layout=layout)
+...     ctx.put(x_ptr + offs, x_ptr + offs, (ctx.rank + 1) % ctx.world_size)
+
+The same API as ``iris.mem.triton``. Layouts are explicit; :func:`blocked_layout` gives one with
+the target's warp size. Runs compiled on NVIDIA and AMD GPUs, and on CPU ranks under
+``TRITON_INTERPRET=1`` through :mod:`iris.mem.gluon.interpret` (enabled on import there).
+"""
+
+from __future__ import annotations
+
+import triton as _triton
+
+import iris.heap as _heap
+
+from . import interpret, ops
+from ._compat import GluonASTSource, aggregate, barrier
+from .context import Context
+from .interpret import UnsupportedOnCPUError
+from .layouts import blocked_layout, current_target, warp_size
+from .ops import (
+    InterpreterAtomicError,
+    atomic_add,
+    atomic_and,
+    atomic_cas,
+    atomic_max,
+    atomic_min,
+    atomic_or,
+    atomic_sub,
+    atomic_xchg,
+    atomic_xor,
+    copy,
+    get,
+    load,
+    put,
+    store,
+    translate,
+    wait,
+)
+
+__version__ = "0.1.0"
+
+#: The ``heap.context`` layout (``iris.heap.CONTEXT_ABI_VERSION``) this code reads.
+CONTEXT_ABI_VERSION = 1
+
+if _heap.CONTEXT_ABI_VERSION != CONTEXT_ABI_VERSION:
+    raise ImportError(
+        f"iris.mem.gluon {__version__} reads device-context ABI version {CONTEXT_ABI_VERSION}, but the "
+        f"installed iris-heap provides version {_heap.CONTEXT_ABI_VERSION}; install an iris-heap release "
+        "within iris-mem-gluon's declared range"
+    )
+
+if _triton.knobs.runtime.interpret:
+    interpret.enable()
+
+__all__ = [
+    "CONTEXT_ABI_VERSION",
+    "Context",
+    "GluonASTSource",
+    "InterpreterAtomicError",
+    "UnsupportedOnCPUError",
+    "aggregate",
+    "atomic_add",
+    "atomic_and",
+    "atomic_cas",
+    "atomic_max",
+    "atomic_min",
+    "atomic_or",
+    "atomic_sub",
+    "atomic_xchg",
+    "atomic_xor",
+    "barrier",
+    "blocked_layout",
+    "copy",
+    "current_target",
+    "get",
+    "interpret",
+    "load",
+    "ops",
+    "put",
+    "store",
+    "translate",
+    "wait",
+    "warp_size",
+]

@@ -1,0 +1,414 @@
+"""Remote memory access on the symmetric heap, as ``@gluon.jit`` free functions.
+
+Every pointer argument is a **local** heap address (a scalar pointer or a tensor of pointers in
+some distributed layout); the rank arguments say whose copy is touched. ``heap_bases`` points at
+the context's base entries (``context_ptr + 2``). Masked-off elements are neither read nor
+written; ``other`` only fills masked-off lanes of the loaded value. Results keep the pointer's
+layout. Atomics return the old value; ``sem=None`` is ``"acq_rel"`` and ``scope=None`` is
+``"sys"`` (visible to other GPUs and processes). A scalar value given with a tensor of pointers
+is broadcast into the pointers' layout first (Gluon on triton 3.6 rejects scalar atomic values).
+
+The same code runs compiled (NVIDIA and AMD) and on CPU ranks (:mod:`iris.mem.gluon.interpret`).
+"""
+
+from __future__ import annotations
+
+import triton.language as tl
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+from iris.heap import context as _abi
+
+from . import interpret as _cpu
+from ._compat import constexpr_function
+
+__all__ = [
+    "translate",
+    "load",
+    "store",
+    "get",
+    "put",
+    "copy",
+    "atomic_add",
+    "atomic_sub",
+    "atomic_xchg",
+    "atomic_cas",
+    "atomic_and",
+    "atomic_or",
+    "atomic_xor",
+    "atomic_min",
+    "atomic_max",
+    "wait",
+    "InterpreterAtomicError",
+]
+
+#: Every heap base is a multiple of this many bytes (page- or allocation-aligned in practice).
+BASE_ALIGNMENT = gl.constexpr(16)
+_RANK = gl.constexpr(_abi.RANK_INDEX)
+_WORLD_SIZE = gl.constexpr(_abi.WORLD_SIZE_INDEX)
+_BASES = gl.constexpr(_abi.BASES_INDEX)
+_ERROR_WAIT_TIMEOUT = gl.constexpr(_abi.ERROR_WAIT_TIMEOUT)
+# Extensions after the W bases (iris.heap.context): wait_limit, error_code, error_detail, error_value.
+_WAIT_LIMIT_AFTER_BASES = gl.constexpr(_abi.wait_limit_index(0) - _abi.BASES_INDEX)
+_ERROR_CODE_AFTER_BASES = gl.constexpr(_abi.error_code_index(0) - _abi.BASES_INDEX)
+_ERROR_DETAIL_AFTER_BASES = gl.constexpr(_abi.error_detail_index(0) - _abi.BASES_INDEX)
+_ERROR_VALUE_AFTER_BASES = gl.constexpr(_abi.error_value_index(0) - _abi.BASES_INDEX)
+
+_COMPARISONS = ("==", "!=", ">=", ">", "<=", "<")
+
+#: Element types whose atomics are real (cross-process) atomics on CPU ranks (Triton's interpreter).
+_CROSS_PROCESS = ("int32", "uint32", "int64", "uint64", "fp32", "fp64")
+_CROSS_PROCESS_INT = ("int32", "uint32", "int64", "uint64")
+_INTEGER_ONLY = ("atomic_xchg", "atomic_and", "atomic_or", "atomic_xor")
+
+
+class InterpreterAtomicError(TypeError):
+    """An atomic that CPU ranks (Triton's interpreter) cannot perform atomically across processes."""
+
+
+@constexpr_function
+def _check_atomic(dtype, op):
+    """Raise InterpreterAtomicError for ``op`` on ``dtype`` on CPU ranks; nothing when compiled."""
+    if not _cpu._active:
+        return True
+    name = getattr(dtype, "name", str(dtype))
+    allowed = _CROSS_PROCESS_INT if op in _INTEGER_ONLY else _CROSS_PROCESS
+    if name not in allowed:
+        raise InterpreterAtomicError(
+            f"iris.mem.gluon.{op} on {name} elements is not atomic across processes on CPU ranks "
+            f"(Triton's interpreter); it works compiled on a GPU. On CPU ranks use "
+            f"{'/'.join(allowed)} elements for {op}."
+        )
+    return True
+
+
+@constexpr_function
+def _align_elements(dtype):
+    """BASE_ALIGNMENT in elements of ``dtype`` (a byte delta between bases divides by it exactly)."""
+    size = max(1, dtype.primitive_bitwidth // 8)
+    return max(1, BASE_ALIGNMENT.value // size)
+
+
+@constexpr_function
+def _sem(sem):
+    return "acq_rel" if sem is None else sem
+
+
+@constexpr_function
+def _scope(scope):
+    return "sys" if scope is None else scope
+
+
+@constexpr_function
+def _comparison(cmp):
+    cmp = "==" if cmp is None else cmp
+    if cmp not in _COMPARISONS:
+        raise ValueError(f"iris.mem.gluon.wait: cmp must be one of {', '.join(_COMPARISONS)}, got {cmp!r}")
+    return cmp
+
+
+@constexpr_function
+def _needs_broadcast(ptr, value):
+    """Whether ``value`` (a Python number, constexpr or scalar tensor) must be spread over block ``ptr``."""
+    block_ptr = isinstance(ptr, tl.tensor) and ptr.type.is_block()
+    block_value = isinstance(value, tl.tensor) and value.type.is_block()
+    return block_ptr and not block_value
+
+
+@constexpr_function
+def _layout_of(x):
+    return getattr(x.type, "layout", None)
+
+
+@gluon.jit
+def _value_like(value, ptr):
+    """``value`` as ``ptr``'s element type, broadcast into ``ptr``'s layout when ``ptr`` is a block."""
+    if _needs_broadcast(ptr, value):
+        out = gl.full(ptr.shape, value, ptr.dtype.element_ty, _layout_of(ptr))
+    else:
+        out = value
+    return out
+
+
+# -- translation and plain accesses ------------------------------------------------------------
+
+
+@gluon.jit
+def translate(ptr, cur_rank, to_rank, heap_bases, hint: gl.constexpr = None):
+    """``ptr`` (cur_rank's heap) -> the same place in ``to_rank``'s heap, as mapped in this process.
+
+    Adds the distance between the two bases in whole elements, so the result keeps the layout,
+    contiguity and alignment the compiler knows of ``ptr`` (vector accesses stay vector accesses).
+    ``hint`` (constexpr int or tuple) additionally asserts ``multiple_of``/``max_contiguous``.
+    """
+    delta = gl.load(heap_bases + to_rank) - gl.load(heap_bases + cur_rank)
+    # delta is a multiple of BASE_ALIGNMENT bytes: writing it so tells the compiler too.
+    delta = (delta // BASE_ALIGNMENT) * _align_elements(ptr.dtype.element_ty)
+    out = ptr + delta
+    if hint is not None:
+        out = gl.max_contiguous(gl.multiple_of(out, hint), hint)
+    return out
+
+
+@gluon.jit
+def load(ptr, cur_rank, from_rank, heap_bases, mask=None, other=None, cache_modifier: gl.constexpr = None,
+         volatile: gl.constexpr = False, hint: gl.constexpr = None):  # fmt: skip
+    """Read ``from_rank``'s copy of ``ptr``: ``gl.load`` semantics for ``mask``/``other``/``cache_modifier``/``volatile``."""
+    src = translate(ptr, cur_rank, from_rank, heap_bases, hint)
+    return gl.load(src, mask=mask, other=other, cache_modifier=cache_modifier, volatile=volatile)
+
+
+@gluon.jit
+def store(ptr, value, cur_rank, to_rank, heap_bases, mask=None, cache_modifier: gl.constexpr = None,
+          hint: gl.constexpr = None):  # fmt: skip
+    """Write ``value`` into ``to_rank``'s copy of ``ptr`` (elements where ``mask`` holds)."""
+    dst = translate(ptr, cur_rank, to_rank, heap_bases, hint)
+    gl.store(dst, _value_like(value, dst), mask=mask, cache_modifier=cache_modifier)
+
+
+@gluon.jit
+def get(src, dst, cur_rank, from_rank, heap_bases, mask=None, other=None, hint: gl.constexpr = None):
+    """Copy ``from_rank``'s ``src`` into the local ``dst``."""
+    gl.store(dst, load(src, cur_rank, from_rank, heap_bases, mask, other, hint=hint), mask=mask)
+
+
+@gluon.jit
+def put(src, dst, cur_rank, to_rank, heap_bases, mask=None, hint: gl.constexpr = None):
+    """Copy the local ``src`` into ``to_rank``'s ``dst``."""
+    store(dst, gl.load(src, mask=mask), cur_rank, to_rank, heap_bases, mask, hint=hint)
+
+
+@gluon.jit
+def copy(src, dst, cur_rank, from_rank, to_rank, heap_bases, mask=None, other=None, hint: gl.constexpr = None):
+    """Copy ``from_rank``'s ``src`` into ``to_rank``'s ``dst`` (neither rank need be ``cur_rank``)."""
+    value = load(src, cur_rank, from_rank, heap_bases, mask, other, hint=hint)
+    store(dst, value, cur_rank, to_rank, heap_bases, mask, hint=hint)
+
+
+# -- atomics -------------------------------------------------------------------------------------
+
+
+@gluon.jit
+def atomic_add(
+    ptr, val, cur_rank, to_rank, heap_bases, mask=None, sem: gl.constexpr = None, scope: gl.constexpr = None
+):
+    """Atomically add ``val`` to ``to_rank``'s copy of ``ptr``; returns the old value."""
+    _check_atomic(ptr.dtype.element_ty, "atomic_add")
+    dst = translate(ptr, cur_rank, to_rank, heap_bases)
+    return gl.atomic_add(dst, _value_like(val, dst), mask=mask, sem=_sem(sem), scope=_scope(scope))
+
+
+@gluon.jit
+def atomic_sub(
+    ptr, val, cur_rank, to_rank, heap_bases, mask=None, sem: gl.constexpr = None, scope: gl.constexpr = None
+):
+    """Atomically subtract ``val`` from ``to_rank``'s copy of ``ptr`` (wrapping for unsigned); returns the old value."""
+    _check_atomic(ptr.dtype.element_ty, "atomic_sub")
+    dst = translate(ptr, cur_rank, to_rank, heap_bases)
+    negated = 0 - gl.cast(_value_like(val, dst), ptr.dtype.element_ty)
+    return gl.atomic_add(dst, negated, mask=mask, sem=_sem(sem), scope=_scope(scope))
+
+
+@gluon.jit
+def atomic_xchg(
+    ptr, val, cur_rank, to_rank, heap_bases, mask=None, sem: gl.constexpr = None, scope: gl.constexpr = None
+):
+    """Atomically replace ``to_rank``'s copy of ``ptr`` with ``val``; returns the old value."""
+    _check_atomic(ptr.dtype.element_ty, "atomic_xchg")
+    dst = translate(ptr, cur_rank, to_rank, heap_bases)
+    return gl.atomic_xchg(dst, _value_like(val, dst), mask=mask, sem=_sem(sem), scope=_scope(scope))
+
+
+@constexpr_function
+def _bits_of(dtype):
+    """The integer type of ``dtype``'s width for floats (CAS compares bit patterns), else ``dtype``."""
+    if not dtype.is_floating():
+        return dtype
+    return {16: tl.int16, 32: tl.int32, 64: tl.int64}[dtype.primitive_bitwidth]
+
+
+@gluon.jit
+def atomic_cas(ptr, cmp, val, cur_rank, to_rank, heap_bases, sem: gl.constexpr = None, scope: gl.constexpr = None):
+    """Atomically set ``to_rank``'s copy of ``ptr`` to ``val`` where it equals ``cmp``; returns the old value.
+
+    Floats are compared as bit patterns, as GPU CAS instructions do (-0.0 differs from 0.0, a NaN
+    matches the same NaN); the CAS itself runs on same-width integers, which also sidesteps
+    triton 3.6's AMD backend, where a float CAS fails to compile.
+    """
+    _check_atomic(ptr.dtype.element_ty, "atomic_cas")
+    dst = translate(ptr, cur_rank, to_rank, heap_bases)
+    elem: gl.constexpr = ptr.dtype.element_ty
+    bits: gl.constexpr = _bits_of(elem)
+    expected = gl.cast(_value_like(cmp, dst), elem)
+    desired = gl.cast(_value_like(val, dst), elem)
+    if bits == elem:
+        old = gl.atomic_cas(dst, expected, desired, sem=_sem(sem), scope=_scope(scope))
+    else:
+        word = dst.to(gl.pointer_type(bits), bitcast=True)
+        old = gl.atomic_cas(word, expected.to(bits, bitcast=True), desired.to(bits, bitcast=True),
+                            sem=_sem(sem), scope=_scope(scope)).to(elem, bitcast=True)  # fmt: skip
+    return old
+
+
+@gluon.jit
+def atomic_and(
+    ptr, val, cur_rank, to_rank, heap_bases, mask=None, sem: gl.constexpr = None, scope: gl.constexpr = None
+):
+    """Atomic bitwise and into ``to_rank``'s copy of ``ptr``; returns the old value."""
+    _check_atomic(ptr.dtype.element_ty, "atomic_and")
+    dst = translate(ptr, cur_rank, to_rank, heap_bases)
+    return gl.atomic_and(dst, _value_like(val, dst), mask=mask, sem=_sem(sem), scope=_scope(scope))
+
+
+@gluon.jit
+def atomic_or(ptr, val, cur_rank, to_rank, heap_bases, mask=None, sem: gl.constexpr = None, scope: gl.constexpr = None):
+    """Atomic bitwise or into ``to_rank``'s copy of ``ptr``; returns the old value."""
+    _check_atomic(ptr.dtype.element_ty, "atomic_or")
+    dst = translate(ptr, cur_rank, to_rank, heap_bases)
+    return gl.atomic_or(dst, _value_like(val, dst), mask=mask, sem=_sem(sem), scope=_scope(scope))
+
+
+@gluon.jit
+def atomic_xor(
+    ptr, val, cur_rank, to_rank, heap_bases, mask=None, sem: gl.constexpr = None, scope: gl.constexpr = None
+):
+    """Atomic bitwise xor into ``to_rank``'s copy of ``ptr``; returns the old value."""
+    _check_atomic(ptr.dtype.element_ty, "atomic_xor")
+    dst = translate(ptr, cur_rank, to_rank, heap_bases)
+    return gl.atomic_xor(dst, _value_like(val, dst), mask=mask, sem=_sem(sem), scope=_scope(scope))
+
+
+@constexpr_function
+def _cpu_float(dtype):
+    """Whether a float min/max must take the integer route below (only on CPU ranks)."""
+    return bool(_cpu._active) and dtype.is_floating()
+
+
+@constexpr_function
+def _unsigned_of(dtype):
+    return {32: tl.uint32, 64: tl.uint64}[dtype.primitive_bitwidth]
+
+
+@gluon.jit
+def _and_mask(mask, cond):
+    if mask is None:
+        out = cond
+    else:
+        out = mask & cond
+    return out
+
+
+@gluon.jit
+def _float_min_max(dst, value, mask, MAX: gl.constexpr, sem: gl.constexpr, scope: gl.constexpr):
+    """Float atomic min/max as integer atomics (signed for values >= 0, unsigned for negatives).
+
+    Triton lowers float min/max this way itself; on CPU ranks triton 3.6's interpreter then
+    returns the old value converted instead of bit-cast (numpy promotes int64/uint64 to float64),
+    so the CPU path does it here with consistent types.
+    """
+    elem: gl.constexpr = dst.dtype.element_ty
+    signed: gl.constexpr = _bits_of(elem)
+    unsigned: gl.constexpr = _unsigned_of(elem)
+    as_signed = value.to(signed, bitcast=True)
+    negative = as_signed < 0
+    positive = as_signed >= 0
+    s_ptr = dst.to(gl.pointer_type(signed), bitcast=True)
+    u_ptr = dst.to(gl.pointer_type(unsigned), bitcast=True)
+    if MAX:
+        old_pos = gl.atomic_max(s_ptr, as_signed, mask=_and_mask(mask, positive), sem=sem, scope=scope)
+        old_neg = gl.atomic_min(
+            u_ptr, value.to(unsigned, bitcast=True), mask=_and_mask(mask, negative), sem=sem, scope=scope
+        )
+    else:
+        old_pos = gl.atomic_min(s_ptr, as_signed, mask=_and_mask(mask, positive), sem=sem, scope=scope)
+        old_neg = gl.atomic_max(
+            u_ptr, value.to(unsigned, bitcast=True), mask=_and_mask(mask, negative), sem=sem, scope=scope
+        )
+    return gl.where(negative, old_neg.to(signed, bitcast=True), old_pos).to(elem, bitcast=True)
+
+
+@gluon.jit
+def atomic_min(
+    ptr, val, cur_rank, to_rank, heap_bases, mask=None, sem: gl.constexpr = None, scope: gl.constexpr = None
+):
+    """Atomic minimum into ``to_rank``'s copy of ``ptr``; returns the old value."""
+    _check_atomic(ptr.dtype.element_ty, "atomic_min")
+    dst = translate(ptr, cur_rank, to_rank, heap_bases)
+    value = gl.cast(_value_like(val, dst), ptr.dtype.element_ty)
+    if _cpu_float(ptr.dtype.element_ty):
+        old = _float_min_max(dst, value, mask, False, _sem(sem), _scope(scope))
+    else:
+        old = gl.atomic_min(dst, value, mask=mask, sem=_sem(sem), scope=_scope(scope))
+    return old
+
+
+@gluon.jit
+def atomic_max(
+    ptr, val, cur_rank, to_rank, heap_bases, mask=None, sem: gl.constexpr = None, scope: gl.constexpr = None
+):
+    """Atomic maximum into ``to_rank``'s copy of ``ptr``; returns the old value."""
+    _check_atomic(ptr.dtype.element_ty, "atomic_max")
+    dst = translate(ptr, cur_rank, to_rank, heap_bases)
+    value = gl.cast(_value_like(val, dst), ptr.dtype.element_ty)
+    if _cpu_float(ptr.dtype.element_ty):
+        old = _float_min_max(dst, value, mask, True, _sem(sem), _scope(scope))
+    else:
+        old = gl.atomic_max(dst, value, mask=mask, sem=_sem(sem), scope=_scope(scope))
+    return old
+
+
+# -- bounded wait ----------------------------------------------------------------------------------
+
+
+@gluon.jit
+def _holds(seen, value, cmp: gl.constexpr):
+    if cmp == "==":
+        result = seen == value
+    elif cmp == "!=":
+        result = seen != value
+    elif cmp == ">=":
+        result = seen >= value
+    elif cmp == ">":
+        result = seen > value
+    elif cmp == "<=":
+        result = seen <= value
+    else:
+        result = seen < value
+    return result
+
+
+@gluon.jit
+def _poll(flag_ptr):
+    return gl.atomic_add(flag_ptr, 0, sem="acquire", scope="sys")
+
+
+@gluon.jit
+def wait(flag_ptr, value, context_ptr, cmp: gl.constexpr = None):
+    """Spin (acquire, sys scope) until the LOCAL scalar flag at ``flag_ptr`` satisfies ``flag cmp value``.
+
+    Returns True when it does. Returns False at once if the context already holds an error, or
+    after the context's ``wait_limit`` spins; a timeout records ERROR_WAIT_TIMEOUT (first waiter
+    wins by CAS), the flag's heap offset and its last value, which ``heap.check_device_errors()``
+    raises as ``WaitTimeoutError``. ``cmp``: "==" (None), "!=", ">=", ">", "<=", "<".
+    """
+    op: gl.constexpr = _comparison(cmp)
+    world_size = gl.load(context_ptr + _WORLD_SIZE)
+    extensions = context_ptr + _BASES + world_size
+    limit = gl.load(extensions + _WAIT_LIMIT_AFTER_BASES)
+    error_ptr = extensions + _ERROR_CODE_AFTER_BASES
+    healthy = gl.load(error_ptr, volatile=True) == 0
+    seen = _poll(flag_ptr)
+    done = _holds(seen, value, op)
+    spins = limit * 0
+    while healthy & (done == 0) & (spins < limit):
+        seen = _poll(flag_ptr)
+        done = _holds(seen, value, op)
+        spins += 1
+    if healthy & (done == 0):
+        code = gl.cast(_ERROR_WAIT_TIMEOUT, gl.int64)
+        if gl.atomic_cas(error_ptr, gl.cast(0, gl.int64), code, sem="acq_rel", scope="sys") == 0:
+            rank = gl.load(context_ptr + _RANK)
+            base = gl.load(context_ptr + _BASES + rank)
+            gl.store(extensions + _ERROR_DETAIL_AFTER_BASES, flag_ptr.to(gl.int64, bitcast=True) - base)
+            gl.store(extensions + _ERROR_VALUE_AFTER_BASES, seen.to(gl.int64))
+    return healthy & done

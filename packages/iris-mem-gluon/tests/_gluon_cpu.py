@@ -1,0 +1,165 @@
+"""Kernels and rank bodies for the checks of CPU execution itself (iris.mem.gluon.interpret).
+
+Imported only inside rank processes (TRITON_INTERPRET is set there before triton is).
+"""
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+import iris.mem.gluon as img
+
+ROWS, COLS = 8, 16
+
+
+@gluon.jit
+def _twice(x):
+    return x * 2
+
+
+@gluon.jit
+def language_kernel(x_ptr, out_ptr, stats_ptr, ROWS: gl.constexpr, COLS: gl.constexpr, L2: gl.constexpr):
+    """A layout-heavy kernel: out = f(x) over a ROWS x COLS tile per program, stats = reductions."""
+    pid = gl.program_id(0)
+    rows = gl.arange(0, ROWS, layout=gl.SliceLayout(1, L2))
+    cols = gl.arange(0, COLS, layout=gl.SliceLayout(0, L2))
+    offs = pid * ROWS * COLS + gl.expand_dims(rows, 1) * COLS + gl.expand_dims(cols, 0)
+    x = gl.load(x_ptr + offs)
+    x = gl.convert_layout(x, L2)
+    acc = gl.zeros([ROWS, COLS], gl.float32, layout=L2)
+    for i in gl.static_range(3):
+        acc += x * (i + 1)  # 6 x
+    k = 0
+    while k < 2:
+        acc = acc + gl.full_like(acc, 1.0)
+        k += 1
+    acc = gl.where(x > 0, acc, gl.zeros_like(acc))
+    acc = gl.maximum(acc, gl.full([ROWS, COLS], -1.0, gl.float32, L2))
+    acc = _twice(gl.abs(acc))
+    img.barrier()
+    gl.store(out_ptr + offs, acc)
+    row_sum = gl.sum(acc, axis=1)
+    total = gl.sum(row_sum, axis=0)
+    biggest = gl.max(gl.max(acc, axis=1), axis=0)
+    gl.store(stats_ptr + pid * 4 + 0, total)
+    gl.store(stats_ptr + pid * 4 + 1, biggest)
+    gl.store(stats_ptr + pid * 4 + 2, (gl.num_warps() + 0 * pid).to(gl.float32))
+    gl.store(stats_ptr + pid * 4 + 3, gl.num_programs(0).to(gl.float32))
+
+
+def check_language(rank, world_size):
+    """The forwarded Gluon language computes what torch does."""
+    import _gluon_kernels as K
+
+    programs = 2
+    x = torch.randn(programs * ROWS * COLS, generator=torch.Generator().manual_seed(0))
+    out = torch.zeros_like(x)
+    stats = torch.zeros(programs * 4)
+    language_kernel[(programs,)](x, out, stats, ROWS=ROWS, COLS=COLS, L2=K.layout_2d(COLS), num_warps=2)
+    want = torch.where(x > 0, 6 * x + 2, torch.zeros_like(x)).clamp(min=-1).abs() * 2
+    assert torch.allclose(out, want), (out, want)
+    tiles = want.reshape(programs, -1)
+    assert torch.allclose(stats[0::4], tiles.sum(1)), stats
+    assert torch.equal(stats[1::4], tiles.max(1).values), stats
+    assert stats[2::4].tolist() == [2.0] * programs, "gl.num_warps() is the launch's num_warps"
+    assert stats[3::4].tolist() == [float(programs)] * programs
+
+
+@gluon.jit
+def shared_memory_kernel(x_ptr, N: gl.constexpr):
+    smem = gl.allocate_shared_memory(gl.float32, [N], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    smem.store(gl.zeros([N], gl.float32, gl.BlockedLayout([1], [32], [4], [0])))
+
+
+@gluon.jit
+def _worker(x_ptr):
+    pass
+
+
+@gluon.jit
+def warp_specialize_kernel(x_ptr, N: gl.constexpr):
+    gl.warp_specialize([(_worker, (x_ptr,)), (_worker, (x_ptr,))], [4])
+
+
+@gluon.jit
+def hopper_tma_kernel(x_ptr, N: gl.constexpr):
+    gl.nvidia.hopper.tma.async_copy_global_to_shared(x_ptr, [0], x_ptr, x_ptr)
+
+
+@gluon.jit
+def mbarrier_kernel(x_ptr, N: gl.constexpr):
+    gl.nvidia.hopper.mbarrier.init(x_ptr, count=1)
+
+
+@gluon.jit
+def wgmma_kernel(x_ptr, N: gl.constexpr):
+    gl.nvidia.hopper.warpgroup_mma(x_ptr, x_ptr, x_ptr)
+
+
+@gluon.jit
+def mfma_kernel(x_ptr, N: gl.constexpr):
+    gl.amd.cdna3.mfma(x_ptr, x_ptr, x_ptr)
+
+
+@gluon.jit
+def async_copy_kernel(x_ptr, N: gl.constexpr):
+    gl.nvidia.ampere.async_copy.async_copy_global_to_shared(x_ptr, x_ptr)
+
+
+UNSUPPORTED = {
+    "shared_memory_kernel": ("gl.allocate_shared_memory", "shared memory"),
+    "warp_specialize_kernel": ("gl.warp_specialize", "warp specialization"),
+    "hopper_tma_kernel": ("gl.nvidia.hopper.tma.async_copy_global_to_shared", "TMA"),
+    "mbarrier_kernel": ("gl.nvidia.hopper.mbarrier.init", "mbarriers"),
+    "wgmma_kernel": ("gl.nvidia.hopper.warpgroup_mma", "MMA (wgmma)"),
+    "mfma_kernel": ("gl.amd.cdna3.mfma", "MMA (MFMA)"),
+    "async_copy_kernel": ("gl.nvidia.ampere.async_copy.async_copy_global_to_shared", "async copies"),
+}
+
+
+def check_unsupported(rank, world_size):
+    """Each construct the CPU cannot model raises UnsupportedOnCPUError naming it, before any work."""
+    x = torch.zeros(64)
+    for name, (construct, what) in UNSUPPORTED.items():
+        kernel = globals()[name]
+        try:
+            kernel[(1,)](x, N=64)
+        except img.UnsupportedOnCPUError as e:
+            text = str(e)
+            assert construct in text and f"({what})" in text and "Run this kernel on a GPU" in text, text
+        else:
+            raise AssertionError(f"{name} ran on CPU without an error")
+
+
+def check_language_restored(rank, world_size):
+    """After a CPU launch the Gluon language is Gluon again: a kernel compiles for a GPU target
+    in the same (interpreting) process, and calling a device function outside a kernel fails."""
+    import _gluon_compile as comp
+    import _gluon_kernels as K
+
+    check_language(rank, world_size)
+    assert not img.interpret.active()
+    assert getattr(gl.arange, "__triton_builtin__", False), "gl.arange was not restored"
+    for target in comp.TARGETS:
+        _, fn, sig, consts = K.stream_cases("fp32", 1024, comp.TARGETS[target])[1]
+        comp._compile(fn, sig, consts, comp.TARGETS[target])
+    try:
+        _twice(1.0)
+    except RuntimeError as e:
+        assert "outside of the scope of a kernel" in str(e), str(e)
+    else:
+        raise AssertionError("a @gluon.jit function ran on the host outside a kernel")
+
+
+def check_enable_needs_the_interpreter(rank, world_size):
+    """Without TRITON_INTERPRET=1, enable() refuses with what to do."""
+    import triton
+
+    assert not triton.knobs.runtime.interpret
+    assert not img.interpret.enabled()
+    try:
+        img.interpret.enable()
+    except RuntimeError as e:
+        assert "TRITON_INTERPRET=1" in str(e), str(e)
+    else:
+        raise AssertionError("enable() accepted a process without the interpreter")

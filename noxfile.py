@@ -43,7 +43,7 @@ LAYERS = {
         siblings=("iris-heap", "iris-mem-triton", "iris-mem-gluon"),
         extras="gluon",
         tritons=(TRITON_NEWEST,),
-        backends=("triton",),
+        backends=("triton", "gluon"),
     ),
 }
 

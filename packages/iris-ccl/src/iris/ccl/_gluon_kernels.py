@@ -1,0 +1,216 @@
+"""The collectives' kernels, in Gluon over ``iris.mem.gluon``.
+
+The same kernels, signatures and synchronization as ``iris.ccl._triton_kernels`` (read its
+docstring for the entry/exit protocol: epochs only grow, flags are never cleared, and no program
+waits on a later program of its own launch, so CPU ranks run them too).
+
+Layouts are explicit in Gluon: every tile is a 1-D ``BlockedLayout`` built inside the kernel from
+``BLOCK``, the launch's ``num_warps`` (``gl.num_warps()``) and the compile target's warp size
+(32 on NVIDIA, 64 on AMD CDNA), one 16-byte vector of the element type per thread and repetition.
+"""
+
+import triton.language as tl
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+import iris.mem.gluon as img
+from iris.mem.gluon import Context
+
+__all__ = ["barrier_kernel", "one_shot_kernel", "reduce_kernel", "gather_kernel"]
+
+#: Bytes one thread moves per vector access (as ``iris.mem.gluon.blocked_layout``).
+_VECTOR_BYTES = 16
+
+
+def _value(x):
+    return getattr(x, "value", x)
+
+
+def _tile_layout(block, num_warps, dtype, _semantic=None):
+    """The 1-D layout of a ``block``-element tile of ``dtype`` over ``num_warps`` warps.
+
+    Compiled: the target's warp size (the compile options'). On CPU ranks (called as Python, no
+    ``_semantic``) layouts are dropped, so any valid one serves.
+    """
+    block, num_warps, dtype = _value(block), _value(num_warps), _value(dtype)
+    compiled = _semantic is not None
+    threads = int(_semantic.builder.options.warp_size) if compiled else img.warp_size()
+    size = max(1, dtype.primitive_bitwidth // 8)
+    per_thread = max(1, min(_VECTOR_BYTES // size, block // (threads * num_warps)))
+    layout = gl.BlockedLayout(
+        size_per_thread=[per_thread], threads_per_warp=[threads], warps_per_cta=[num_warps], order=[0]
+    )
+    return gl.constexpr(layout) if compiled else layout
+
+
+_tile_layout.__triton_builtin__ = True  # called with the code generator's _semantic when compiled
+
+
+@gluon.jit
+def _arrive(ctx, flags, epoch):
+    r = ctx.rank * 0
+    while r < ctx.world_size:
+        ctx.atomic_xchg(flags + ctx.rank, epoch, r, sem="release", scope="sys")
+        r += 1
+
+
+@gluon.jit
+def _await_all(ctx, flags, epoch):
+    r = ctx.rank * 0
+    while r < ctx.world_size:
+        ctx.wait(flags + r, epoch, ">=")
+        r += 1
+
+
+@gluon.jit
+def _enter(ctx, entry, epoch):
+    if gl.program_id(0) == 0:
+        _arrive(ctx, entry, epoch)
+    _await_all(ctx, entry, epoch)
+
+
+@gluon.jit
+def _leave(ctx, exit_flags, counter, epoch, done_target):
+    img.barrier()  # every thread's stores are done before this program's release
+    done = ctx.atomic_add(counter, 1, ctx.rank, sem="acq_rel", scope="sys") + 1
+    if done == done_target:
+        _arrive(ctx, exit_flags, epoch)
+        _await_all(ctx, exit_flags, epoch)
+
+
+@gluon.jit
+def _combine(acc, v, OP: gl.constexpr, IS_FLOAT: gl.constexpr):
+    if OP == 1:
+        if IS_FLOAT:
+            acc = gl.maximum(acc, v, propagate_nan=tl.PropagateNan.ALL)
+        else:
+            acc = gl.maximum(acc, v)
+    elif OP == 2:
+        if IS_FLOAT:
+            acc = gl.minimum(acc, v, propagate_nan=tl.PropagateNan.ALL)
+        else:
+            acc = gl.minimum(acc, v)
+    else:
+        acc = acc + v
+    return acc
+
+
+@gluon.jit
+def _reduce_tile(ctx, src, mask, OP: gl.constexpr, ACC_F32: gl.constexpr, IS_FLOAT: gl.constexpr):
+    """``op`` over ranks 0, 1, ..., W-1 (in that order) of the ranks' copies at ``src``."""
+    acc = ctx.load(src, 0, mask=mask)
+    if ACC_F32:
+        acc = acc.to(gl.float32)
+    r = ctx.rank * 0 + 1
+    while r < ctx.world_size:
+        v = ctx.load(src, r, mask=mask)
+        if ACC_F32:
+            v = v.to(gl.float32)
+        acc = _combine(acc, v, OP, IS_FLOAT)
+        r += 1
+    if OP == 3:
+        acc = acc / ctx.world_size
+    return acc
+
+
+@gluon.jit
+def _cast_out(acc, out_dtype: gl.constexpr):
+    """acc in the output dtype; fp32 -> bf16 rounds to nearest even explicitly, so interpreted
+    and compiled runs give the same bits (the interpreter's own conversion truncates)."""
+    if out_dtype == gl.bfloat16:
+        bits = acc.to(gl.uint32, bitcast=True)
+        rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).to(gl.uint16)
+        out = gl.where(acc != acc, acc.to(gl.bfloat16), rounded.to(gl.bfloat16, bitcast=True))
+    else:
+        out = acc.to(out_dtype)
+    return out
+
+
+@gluon.jit
+def barrier_kernel(context_ptr, entry, epoch):
+    ctx = Context.initialize(context_ptr)
+    _arrive(ctx, entry, epoch)
+    _await_all(ctx, entry, epoch)
+
+
+@gluon.jit
+def one_shot_kernel(
+    context_ptr, entry, exit_flags, counter, epoch, done_target, src, dst, N,
+    OP: gl.constexpr, ACC_F32: gl.constexpr, IS_FLOAT: gl.constexpr, BLOCK: gl.constexpr,
+):  # fmt: skip
+    """dst (local) = op over ranks of src (every rank's staged copy of its input)."""
+    ctx = Context.initialize(context_ptr)
+    L: gl.constexpr = _tile_layout(BLOCK, gl.num_warps(), src.dtype.element_ty)
+    _enter(ctx, entry, epoch)
+    t = gl.program_id(0)
+    while t < gl.cdiv(N, BLOCK):
+        offs = t * BLOCK + gl.arange(0, BLOCK, layout=L)
+        mask = offs < N
+        acc = _reduce_tile(ctx, src + offs, mask, OP, ACC_F32, IS_FLOAT)
+        gl.store(dst + offs, _cast_out(acc, dst.dtype.element_ty), mask=mask)
+        t += gl.num_programs(0)
+    _leave(ctx, exit_flags, counter, epoch, done_target)
+
+
+@gluon.jit
+def reduce_kernel(
+    context_ptr, entry, exit_flags, counter, epoch, done_target, src, dst, N, chunk,
+    PUSH: gl.constexpr, DST_CHUNKED: gl.constexpr,
+    OP: gl.constexpr, ACC_F32: gl.constexpr, IS_FLOAT: gl.constexpr, BLOCK: gl.constexpr,
+):  # fmt: skip
+    """Reduce chunk ``rank`` (elements [rank*chunk, min((rank+1)*chunk, N))) of src over ranks.
+
+    The result goes to ``dst`` at the chunk's offset (``DST_CHUNKED``) or at 0; into every rank's
+    copy of dst (``PUSH``: the two-shot all_reduce, where src and dst are the same tensor and no
+    one but this rank touches this chunk) or only the local one (reduce_scatter).
+    """
+    ctx = Context.initialize(context_ptr)
+    L: gl.constexpr = _tile_layout(BLOCK, gl.num_warps(), src.dtype.element_ty)
+    _enter(ctx, entry, epoch)
+    start = ctx.rank * chunk
+    t = gl.program_id(0)
+    while t < gl.cdiv(chunk, BLOCK):
+        local = t * BLOCK + gl.arange(0, BLOCK, layout=L)
+        offs = start + local
+        mask = (local < chunk) & (offs < N)
+        acc = _reduce_tile(ctx, src + offs, mask, OP, ACC_F32, IS_FLOAT)
+        out = _cast_out(acc, dst.dtype.element_ty)
+        if DST_CHUNKED:
+            where = dst + offs
+        else:
+            where = dst + local
+        if PUSH:
+            j = ctx.rank * 0
+            while j < ctx.world_size:
+                ctx.store(where, out, (ctx.rank + j) % ctx.world_size, mask=mask)
+                j += 1
+        else:
+            gl.store(where, out, mask=mask)
+        t += gl.num_programs(0)
+    _leave(ctx, exit_flags, counter, epoch, done_target)
+
+
+@gluon.jit
+def gather_kernel(
+    context_ptr, entry, exit_flags, counter, epoch, done_target, src, dst,
+    n, total, src_stride, src_offset, dst_stride, first, count, BLOCK: gl.constexpr,
+):  # fmt: skip
+    """For ranks r = first, first+1, ... (count of them, mod W):
+    dst[r*dst_stride + i] = rank r's src[r*src_stride + src_offset + i], for i < n and
+    r*dst_stride + i < total (all_gather, all_to_all, broadcast and the all-gather half of rs_ag).
+    """
+    ctx = Context.initialize(context_ptr)
+    L: gl.constexpr = _tile_layout(BLOCK, gl.num_warps(), src.dtype.element_ty)
+    _enter(ctx, entry, epoch)
+    t = gl.program_id(0)
+    while t < gl.cdiv(n, BLOCK):
+        offs = t * BLOCK + gl.arange(0, BLOCK, layout=L)
+        j = ctx.rank * 0
+        while j < count:
+            r = (first + j) % ctx.world_size
+            mask = (offs < n) & (r * dst_stride + offs < total)
+            v = ctx.load(src + r * src_stride + src_offset + offs, r, mask=mask)
+            gl.store(dst + r * dst_stride + offs, v, mask=mask)
+            j += 1
+        t += gl.num_programs(0)
+    _leave(ctx, exit_flags, counter, epoch, done_target)

@@ -70,6 +70,12 @@ def _time(fn, iters, warmup=3):
     return statistics.median(times)
 
 
+def _copy_time(n, dev, iters):
+    """Median time of torch.Tensor.copy_ of n fp32 elements on dev (the roofline's bandwidth)."""
+    a, b = torch.empty(n, device=dev), torch.empty(n, device=dev)
+    return _time(lambda: b.copy_(a), iters)
+
+
 def _rank(rank, w, sizes, iters, backend, names):
     import torch.distributed as dist
 
@@ -85,11 +91,7 @@ def _rank(rank, w, sizes, iters, backend, names):
     rows = []
     for nbytes in sizes:
         n = nbytes // 4
-        a = torch.empty(n, device=dev)
-        b = torch.empty(n, device=dev)
-        copy_s = _time(lambda: b.copy_(a), iters)
-        copy_bw = 2 * nbytes / copy_s
-        del a, b
+        copy_bw = 2 * nbytes / _copy_time(n, dev, iters)
         x = heap.randn(n)
         big = heap.empty(w * n)
         out = torch.empty(w * n, device=dev)

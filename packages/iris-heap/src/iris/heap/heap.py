@@ -336,9 +336,8 @@ class SymmetricHeap(TensorFactories):
         """
         self._check_open()
         w = self.world_size
-        code_i, detail_i, value_i = abi.error_code_index(w), abi.error_detail_index(w), abi.error_value_index(w)
-        words = self.context[code_i : value_i + 1].tolist()
-        code, detail, value = words
+        code_i, value_i = abi.error_code_index(w), abi.error_value_index(w)
+        code, detail, value = self.context[code_i : value_i + 1].tolist()  # code, detail, value are adjacent
         if code == abi.ERROR_NONE:
             return
         self.context[code_i : value_i + 1] = 0

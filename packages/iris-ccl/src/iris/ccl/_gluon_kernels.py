@@ -109,7 +109,7 @@ def _reduce_tile(ctx, src, mask, OP: gl.constexpr, ACC_F32: gl.constexpr, IS_FLO
         acc = _combine(acc, v, OP, IS_FLOAT)
         r += 1
     if OP == 3:
-        acc = acc / ctx.world_size
+        acc = tl.div_rn(acc, ctx.world_size.to(acc.dtype))  # IEEE-rounded, as torch divides
     return acc
 
 

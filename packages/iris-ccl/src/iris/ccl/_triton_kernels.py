@@ -87,7 +87,7 @@ def _reduce_tile(ctx, src, mask, OP: tl.constexpr, ACC_F32: tl.constexpr, IS_FLO
         acc = _combine(acc, v, OP, IS_FLOAT)
         r += 1
     if OP == 3:
-        acc = acc / ctx.world_size
+        acc = tl.div_rn(acc, ctx.world_size.to(acc.dtype))  # IEEE-rounded, as torch divides
     return acc
 
 

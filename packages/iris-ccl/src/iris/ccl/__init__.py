@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from .collectives import ONE_SHOT_MAX_BYTES, all_gather, all_reduce, all_to_all, barrier, broadcast, reduce_scatter, reset
+from .collectives import AUTO_VARIANTS, all_gather, all_reduce, all_to_all, barrier, broadcast, reduce_scatter, reset
 from .config import ALL_REDUCE_VARIANTS, BACKENDS, Config
 from .errors import CollectiveTimeoutError
 
@@ -19,7 +19,7 @@ __all__ = [
     "BACKENDS",
     "CollectiveTimeoutError",
     "Config",
-    "ONE_SHOT_MAX_BYTES",
+    "AUTO_VARIANTS",
     "all_gather",
     "all_reduce",
     "all_to_all",

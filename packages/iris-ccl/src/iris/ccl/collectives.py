@@ -24,8 +24,19 @@ _REDUCIBLE = {torch.float16, torch.bfloat16, torch.float32, torch.float64,
               torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8}  # fmt: skip
 _WORDS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}  # data movement needs only the size
 _DEFAULT = Config()
-#: all_reduce "auto": one_shot up to this many bytes per rank, two_shot above (see variants in README).
-ONE_SHOT_MAX_BYTES = 256 << 10
+#: all_reduce "auto": per world size, ``(max bytes per rank, variant)`` rows tried in order; the
+#: first row whose bound admits the message wins. From the H200 sweep (ranks sharing the GPU under
+#: MPS, 1 KiB .. 64 MiB per rank at 2 and 4 ranks, benchmarks/bench_ccl.py): two_shot was fastest
+#: at every size measured (1 KiB: 78 vs 155 us one_shot at 2 ranks; 64 MiB: 342 vs 769 us one_shot,
+#: 440 us rs_ag at 4 ranks), so it is the choice until a measurement says otherwise.
+AUTO_VARIANTS: dict[int | None, tuple[tuple[int | None, str], ...]] = {
+    None: ((None, "two_shot"),),  # any world size without a row of its own
+}
+
+
+def _auto_variant(world_size: int, nbytes: int) -> str:
+    rows = AUTO_VARIANTS.get(world_size, AUTO_VARIANTS[None])
+    return next(variant for bound, variant in rows if bound is None or nbytes <= bound)
 
 
 def _kernels(backend: str):
@@ -78,7 +89,9 @@ def _check_disjoint(out, inp) -> None:
 
 def _words(t: torch.Tensor) -> torch.Tensor:
     """``t`` as 1-D integers of the same size (data movement does not care what the bytes mean)."""
-    return t.reshape(-1).view(_WORDS[t.element_size()]) if t.element_size() in _WORDS else t.reshape(-1).view(torch.uint8)
+    return (
+        t.reshape(-1).view(_WORDS[t.element_size()]) if t.element_size() in _WORDS else t.reshape(-1).view(torch.uint8)
+    )
 
 
 class _Launch:
@@ -151,10 +164,10 @@ def _on_heap(heap, t: torch.Tensor) -> bool:
 def all_reduce(tensor: torch.Tensor, op: str = "sum", *, heap=None, config: Config | None = None) -> torch.Tensor:
     """In place: every rank's ``tensor`` becomes ``op`` over all ranks' tensors (ranks combined in order).
 
-    fp16/bf16 accumulate in fp32. Variants: ``one_shot`` (each rank reads every peer's copy;
-    lowest latency), ``two_shot`` (rank r reduces chunk r and writes it into every rank: each
+    fp16/bf16 accumulate in fp32. Variants: ``one_shot`` (each rank stages its input, then reads
+    every peer's copy and reduces all of it), ``two_shot`` (rank r reduces chunk r and writes it into every rank: each
     byte read once and written once), ``rs_ag`` (reduce-scatter into a workspace, then an
-    all-gather by reads: only remote reads), ``auto`` (by size).
+    all-gather by reads: only remote reads), ``auto`` (by world size and size: ``AUTO_VARIANTS``).
     """
     heap = _heap(heap)
     _check_tensor(tensor, "tensor", heap)
@@ -163,7 +176,7 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", *, heap=None, config: Conf
     variant = run.cfg.variant
     n = tensor.numel()
     if variant == "auto":
-        variant = "one_shot" if heap.world_size == 1 or n * tensor.element_size() <= ONE_SHOT_MAX_BYTES else "two_shot"
+        variant = _auto_variant(heap.world_size, n * tensor.element_size())
     flat = tensor.reshape(-1)
     flags = {"OP": code, **_reduce_flags(tensor.dtype)}
     if n == 0:
@@ -204,7 +217,9 @@ def all_gather(out: torch.Tensor, inp: torch.Tensor, *, heap=None, config: Confi
     w = heap.world_size
     cat = (w * inp.shape[0], *inp.shape[1:]) if inp.dim() else (w,)
     if tuple(out.shape) not in (cat, (w, *inp.shape)):
-        raise ValueError(f"all_gather: out must have shape {cat} (or {(w, *inp.shape)}) for inp of shape {tuple(inp.shape)} and world size {w}; got {tuple(out.shape)}")
+        raise ValueError(
+            f"all_gather: out must have shape {cat} (or {(w, *inp.shape)}) for inp of shape {tuple(inp.shape)} and world size {w}; got {tuple(out.shape)}"
+        )
     _check_disjoint(out, inp)
     run = _Launch(heap, config, "all_gather")
     src = _staged_input(run, heap, inp)
@@ -213,7 +228,9 @@ def all_gather(out: torch.Tensor, inp: torch.Tensor, *, heap=None, config: Confi
     return out
 
 
-def reduce_scatter(out: torch.Tensor, inp: torch.Tensor, op: str = "sum", *, heap=None, config: Config | None = None) -> torch.Tensor:
+def reduce_scatter(
+    out: torch.Tensor, inp: torch.Tensor, op: str = "sum", *, heap=None, config: Config | None = None
+) -> torch.Tensor:
     """``out`` = ``op`` over ranks of chunk ``rank`` of ``inp`` (``inp`` is W equal chunks along dim 0)."""
     heap = _heap(heap)
     _check_tensor(out, "out", heap)
@@ -225,13 +242,25 @@ def reduce_scatter(out: torch.Tensor, inp: torch.Tensor, op: str = "sum", *, hea
         raise ValueError(f"reduce_scatter: inp's dim 0 ({tuple(inp.shape)}) must be divisible by the world size {w}")
     chunk_shape = (inp.shape[0] // w, *inp.shape[1:])
     if tuple(out.shape) != chunk_shape:
-        raise ValueError(f"reduce_scatter: out must have shape {chunk_shape} for inp of shape {tuple(inp.shape)} and world size {w}; got {tuple(out.shape)}")
+        raise ValueError(
+            f"reduce_scatter: out must have shape {chunk_shape} for inp of shape {tuple(inp.shape)} and world size {w}; got {tuple(out.shape)}"
+        )
     _check_disjoint(out, inp)
     run = _Launch(heap, config, "reduce_scatter")
     src = _staged_input(run, heap, inp)
     chunk = out.numel()
     flags = {"OP": code, **_reduce_flags(inp.dtype)}
-    run.run(run.k.reduce_kernel, chunk, src.reshape(-1), out.reshape(-1), w * chunk, chunk, PUSH=False, DST_CHUNKED=False, **flags)
+    run.run(
+        run.k.reduce_kernel,
+        chunk,
+        src.reshape(-1),
+        out.reshape(-1),
+        w * chunk,
+        chunk,
+        PUSH=False,
+        DST_CHUNKED=False,
+        **flags,
+    )
     return out
 
 

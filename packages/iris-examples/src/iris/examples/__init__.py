@@ -1,0 +1,16 @@
+"""iris.examples: runnable examples and benchmarks of Iris, behind one command line.
+
+    python -m iris.examples --list
+    python -m iris.examples message-passing --ranks 2
+
+Each example runs on N ranks (started through torch.distributed's elastic launcher, or by
+torchrun), validates its result against torch and prints rich tables. See ``iris.examples.cli``.
+"""
+
+from __future__ import annotations
+
+from .registry import EXAMPLES, Example
+
+__version__ = "0.1.0"
+
+__all__ = ["EXAMPLES", "Example", "__version__"]

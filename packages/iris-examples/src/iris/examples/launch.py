@@ -1,0 +1,228 @@
+"""Starting the ranks: torch.distributed's elastic launcher, or in place under torchrun.
+
+``launch(module, args)`` runs ``module.rank_main(args)`` on ``args.ranks`` processes started by
+``torch.distributed.launcher.api.elastic_launch`` (spawned, one node, a c10d rendezvous on a
+free localhost port, no restarts) and returns the per-rank results in rank order. Under torchrun
+(``run_in_place``) this process is one of the ranks and runs its part where it is.
+
+Each rank joins torch.distributed (gloo, from the launcher's ``env://`` variables) before the
+example runs, and the results are gathered to rank 0 with ``gather_object``. A rank that raises
+ends the run: the launcher stops the other ranks and ``launch`` raises ``RankFailedError`` with
+the failing rank and its remote traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+import traceback
+import uuid
+from argparse import Namespace
+from dataclasses import dataclass
+
+__all__ = [
+    "RankFailedError",
+    "RankFailure",
+    "cpu_ranks",
+    "launch",
+    "prepare_environment",
+    "quiet_launcher",
+    "run_in_place",
+    "under_torchrun",
+]
+
+
+@dataclass(frozen=True)
+class RankFailure:
+    """One failed rank: its global ``rank``, ``exitcode`` and what it raised (``message``, ``traceback``)."""
+
+    rank: int
+    exitcode: int
+    message: str
+    traceback: str
+
+
+class RankFailedError(RuntimeError):
+    """One or more ranks failed; ``failures`` lists them, the first to fail first."""
+
+    def __init__(self, failures: list[RankFailure]):
+        self.failures = failures
+        first = failures[0]
+        super().__init__(f"rank {first.rank} failed (exit code {first.exitcode}): {first.message}")
+
+
+def under_torchrun() -> bool:
+    """Whether this process was started by torchrun (or another launcher that sets ``RANK``/``WORLD_SIZE``)."""
+    return "TORCHELASTIC_RUN_ID" in os.environ or ("RANK" in os.environ and "WORLD_SIZE" in os.environ)
+
+
+def cpu_ranks(force_cpu: bool = False) -> bool:
+    """Whether the ranks run on CPU under Triton's interpreter: forced, ``IRIS_DEVICE=cpu``,
+    ``TRITON_INTERPRET=1`` already set, or no GPU."""
+    import torch
+
+    return (
+        force_cpu
+        or os.environ.get("IRIS_DEVICE", "").lower() == "cpu"
+        or os.environ.get("TRITON_INTERPRET") == "1"
+        or not torch.cuda.is_available()
+    )
+
+
+def prepare_environment(*, cpu: bool) -> None:
+    """Set up this process (and the ranks it will spawn, which inherit it) before triton is imported.
+
+    CPU ranks: ``TRITON_INTERPRET=1`` (kernels decorated after this run on CPU tensors),
+    ``IRIS_DEVICE=cpu`` (the heap in shared memory), and one torch thread per rank unless
+    ``OMP_NUM_THREADS`` says otherwise.
+    """
+    if cpu:
+        os.environ["TRITON_INTERPRET"] = "1"
+        os.environ["IRIS_DEVICE"] = "cpu"
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def quiet_launcher(verbose: bool = False) -> None:
+    """Silence torch.distributed.elastic's info and warning logging (the failures are reported by us)."""
+    for name in ("torch.distributed.elastic", "torch.distributed.launcher"):
+        logger = logging.getLogger(name)
+        if verbose:
+            logger.propagate = True
+            continue
+        if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
+            logger.addHandler(logging.NullHandler())
+        logger.propagate = False
+
+
+_FAILURE_DIR = "IRIS_EXAMPLES_FAILURE_DIR"  # where spawned ranks record how they failed
+
+
+def _record_failure(error: BaseException) -> None:
+    """Write this rank's failure (with a clock shared by the host's processes) for ``launch`` to read.
+
+    The elastic launcher reports only one failed process, and a rank whose peer crashed fails
+    too (connection closed); the earliest record names the root cause.
+    """
+    folder = os.environ.get(_FAILURE_DIR)
+    if not folder:
+        return
+    record = {
+        "rank": int(os.environ.get("RANK", "-1")),
+        "time_ns": time.monotonic_ns(),
+        "message": f"{type(error).__name__}: {error}",
+        "traceback": "".join(traceback.format_exception(error)),
+    }
+    path = os.path.join(folder, f"rank-{record['rank']}.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(record, f)
+    os.replace(path + ".tmp", path)
+
+
+def _rank_part(module_name: str, args: Namespace) -> list | None:
+    """Run the example on this rank, then gather every rank's result on rank 0 (rank order)."""
+    try:
+        return _rank_work(module_name, args)
+    except BaseException as e:
+        _record_failure(e)
+        raise
+
+
+def _rank_work(module_name: str, args: Namespace) -> list | None:
+    import torch.distributed as dist
+
+    own_group = not dist.is_initialized()
+    if own_group:
+        dist.init_process_group(backend="gloo", init_method="env://")
+    try:
+        module = importlib.import_module(module_name)
+        result = module.rank_main(args)
+        rank, world_size = dist.get_rank(), dist.get_world_size()
+        gathered = [None] * world_size if rank == 0 else None
+        dist.gather_object(result, gathered, dst=0)
+        return gathered
+    finally:
+        if own_group:
+            dist.destroy_process_group()
+
+
+def _rank_entry(module_name: str, args: Namespace) -> list | None:
+    """The function each spawned rank runs (module level, so spawn can pickle it)."""
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    return record(_rank_part)(module_name, args)
+
+
+def run_in_place(module_name: str, args: Namespace) -> list | None:
+    """Under torchrun: run this rank's part here; rank 0 gets the results, the others None."""
+    return _rank_part(module_name, args)
+
+
+def _failure(rank: int, failure) -> RankFailure:
+    data = getattr(failure, "error_file_data", None) or {}
+    message = data.get("message") if isinstance(data, dict) else None
+    traceback = ""
+    if isinstance(message, dict):
+        traceback = str(message.get("extraInfo", {}).get("py_callstack", ""))
+        text = str(message.get("message", ""))
+    else:
+        text = str(failure.message or "")
+    if not text and failure.exitcode < 0:
+        text = f"killed by signal {-failure.exitcode}"
+    if not text and not traceback:
+        text = f"exited with code {failure.exitcode} and left no error record"
+    return RankFailure(rank=rank, exitcode=failure.exitcode, message=text.strip(), traceback=traceback.strip())
+
+
+def launch(module_name: str, args: Namespace, *, verbose: bool = False) -> list:
+    """Run ``module_name``'s ``rank_main(args)`` on ``args.ranks`` new processes; the results in rank order."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    quiet_launcher(verbose)
+    config = LaunchConfig(
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=args.ranks,
+        run_id=f"iris-examples-{uuid.uuid4().hex[:12]}",
+        rdzv_backend="c10d",
+        rdzv_endpoint="localhost:0",  # a free port, as torchrun --standalone
+        max_restarts=0,
+        monitor_interval=0.1,
+        start_method="spawn",
+    )
+    folder = tempfile.mkdtemp(prefix="iris-examples-")
+    previous = os.environ.get(_FAILURE_DIR)
+    os.environ[_FAILURE_DIR] = folder  # the ranks inherit it
+    try:
+        outputs = elastic_launch(config, _rank_entry)(module_name, args)
+    except ChildFailedError as e:
+        raise RankFailedError(_failures(folder, e)) from None
+    finally:
+        if previous is None:
+            os.environ.pop(_FAILURE_DIR, None)
+        else:
+            os.environ[_FAILURE_DIR] = previous
+        shutil.rmtree(folder, ignore_errors=True)
+    return outputs[0]
+
+
+def _failures(folder: str, error) -> list[RankFailure]:
+    """Every rank's recorded failure, earliest first; the launcher's own report for ranks that left none."""
+    records = []
+    for name in os.listdir(folder):
+        if name.endswith(".json"):
+            with open(os.path.join(folder, name)) as f:
+                records.append(json.load(f))
+    records.sort(key=lambda r: r["time_ns"])
+    exitcodes = {rank: f.exitcode for rank, f in error.failures.items()}
+    failures = [
+        RankFailure(r["rank"], exitcodes.get(r["rank"], 1), r["message"], r["traceback"].strip()) for r in records
+    ]
+    seen = {f.rank for f in failures}
+    failures += [_failure(rank, f) for rank, f in sorted(error.failures.items()) if rank not in seen]
+    return failures

@@ -17,6 +17,7 @@ import os
 import sys
 
 from . import launch, tables
+from .options import positive_int
 from .registry import BACKENDS, EXAMPLES, Example
 
 __all__ = ["main"]
@@ -24,20 +25,10 @@ __all__ = ["main"]
 PROG = "python -m iris.examples"
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
 def _common(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("common options")
     g.add_argument("--list", action="store_true", help="name every example and exit")
-    g.add_argument("--ranks", type=_positive_int, default=None,
+    g.add_argument("--ranks", type=positive_int, default=None,
                    help="ranks to start (default 2; under torchrun: its world size)")  # fmt: skip
     g.add_argument("--backend", choices=BACKENDS, default=None,
                    help="kernel language (default: the example's; a -gluon name fixes gluon)")  # fmt: skip

@@ -42,13 +42,16 @@ def print_table(title: str, rows: Sequence[dict], columns: Sequence[Column], *, 
     a row without the key, or with None/NaN, shows ``-``. ``caption`` goes under the table (the
     examples put ``environment.summary()`` there).
     """
-    table = Table(title=title, caption=caption, caption_justify="left")
+    table = Table(title=title, title_justify="left")
     for _key, header, spec in columns:
         numeric = isinstance(spec, str) and spec[-1:] in ("f", "g", "e", "d", "%")
         table.add_column(header, justify="right" if numeric else "left")
     for row in rows:
         table.add_row(*(_cell(row.get(key), spec) for key, _, spec in columns))
-    console().print(table)
+    out = console()
+    out.print(table)
+    if caption:
+        out.print(caption, style="dim", highlight=False)
 
 
 def write_csv(path: str | os.PathLike, rows: Sequence[dict]) -> None:

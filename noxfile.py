@@ -2,20 +2,34 @@
 and what it declares (siblings installed from their folders here, never through a path in a
 pyproject). Adding a layer is adding one entry to LAYERS.
 
-    nox                      # every test session
-    nox -s test-heap         # one layer
-    nox -s demo              # the README demo
+Packaging is proven beside the tests: `wheels` builds every distribution's wheel into one folder,
+`install(dist=...)` installs one distribution alone from it and checks that exactly it and what it
+declares arrive, and `check-ranges` / `check-abi` read the pyprojects and sources statically.
+
+    nox                              # every test and packaging session (what CI runs)
+    nox -s test-heap                 # one layer
+    nox -s "install(dist='iris-mem-gluon')"
+    nox -s demo                      # the README demo
 """
 
 from __future__ import annotations
 
+import json
 import shutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import nox
 
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: nox itself depends on tomli there
+    import tomli as tomllib
+
 ROOT = Path(__file__).parent
+PACKAGES = ROOT / "packages"
+TOOLS = ROOT / "tools"
 CPU_CONSTRAINTS = ROOT / "constraints-cpu.txt"
 TRITON_OLDEST, TRITON_NEWEST = "3.6.0", "3.9.0"
 
@@ -45,24 +59,38 @@ LAYERS = {
         tritons=(TRITON_NEWEST,),
         backends=("triton", "gluon"),
     ),
+    "examples": Layer(
+        "iris-examples",
+        siblings=("iris-heap", "iris-mem-triton", "iris-mem-gluon", "iris-ccl"),
+        tritons=(TRITON_NEWEST,),
+    ),
 }
 
 
-def _install(session: nox.Session, layer: Layer, triton: str | None) -> None:
-    pkgs = [str(ROOT / "packages" / d) for d in layer.siblings]
-    target = str(ROOT / "packages" / layer.dist)
-    pkgs.append(f"{target}[test{',' + layer.extras if layer.extras else ''}]")
+def _install(session: nox.Session, layer: Layer, triton: str | None, extras: str = "test") -> None:
+    pkgs = [str(PACKAGES / d) for d in layer.siblings]
+    extras = ",".join(e for e in (extras, layer.extras) if e)
+    pkgs.append(f"{PACKAGES / layer.dist}[{extras}]" if extras else str(PACKAGES / layer.dist))
     pins = [f"triton=={triton}"] if triton else []
-    constraints = [] if _has_gpu() else ["-c", str(CPU_CONSTRAINTS)]
-    session.install(*constraints, *pins, *pkgs)
+    _pip_install(session, *_cpu_constraints(), *pins, *pkgs)
+
+
+def _pip_install(session: nox.Session, *args: str) -> None:
+    # --no-compile: byte-compiling all of torch at install time doubles the install (12 s -> 23 s on
+    # 2 cores); Python compiles the few modules a session imports on first use instead.
+    session.install("--no-compile", *args)
 
 
 def _has_gpu() -> bool:
     return shutil.which("nvidia-smi") is not None
 
 
+def _cpu_constraints() -> list[str]:
+    return [] if _has_gpu() else ["-c", str(CPU_CONSTRAINTS)]
+
+
 def _pytest(session: nox.Session, layer: Layer, env: dict) -> None:
-    tests = ROOT / "packages" / layer.dist / "tests"
+    tests = PACKAGES / layer.dist / "tests"
     # pytest exits 5 when it collects nothing: nox treats that as the failure it is.
     session.run("pytest", str(tests), *session.posargs, env={**layer.env, **env})
 
@@ -89,39 +117,106 @@ for _name, _layer in LAYERS.items():
 
 @nox.session(default=False)
 def demo(session: nox.Session) -> None:
-    """The README demo: a symmetric heap over 4 CPU ranks (GPU ranks when a GPU is present)."""
-    constraints = [] if _has_gpu() else ["-c", str(CPU_CONSTRAINTS)]
-    session.install(*constraints, str(ROOT / "packages" / "iris-heap"))
-    session.run("python", str(ROOT / "packages" / "iris-heap" / "examples" / "heap_demo.py"), *session.posargs)
+    """The README demo: message passing, then a GEMM fused with an all-scatter, on 4 ranks.
+
+    CPU ranks under the interpreter without a GPU, GPU ranks with one: the examples' CLI decides.
+    """
+    # Without a GPU the newest tested triton; with one, the triton that the CUDA torch build pins.
+    _install(session, LAYERS["examples"], None if _has_gpu() else TRITON_NEWEST, extras="")
+    for example in ("message-passing", "gemm-all-scatter"):
+        session.run("python", "-m", "iris.examples", example, "--ranks", "4", *session.posargs)
 
 
-_INSTALL_GLUON_CHECK = """
-import importlib.metadata as md, importlib.util, sys
-import iris.heap, iris.mem.gluon
-assert iris.mem.gluon.__version__ == "0.1.0", iris.mem.gluon.__version__
-for module in ("iris.heap", "iris.mem.gluon"):
-    where = importlib.util.find_spec(module).origin
-    assert where.startswith(sys.prefix), f"{module} imported from {where}, not from the installed wheel"
-for module in ("iris.mem.triton", "iris.ccl"):
-    assert importlib.util.find_spec(module) is None, f"{module} is importable but was not installed"
-iris_dists = sorted(d.metadata["Name"] for d in md.distributions() if d.metadata["Name"].startswith("iris-"))
-assert iris_dists == ["iris-heap", "iris-mem-gluon"], iris_dists
-print("installed alone:", iris_dists)
-"""
+# --- packaging: wheels, each distribution installed alone, sibling ranges, the context ABI ---
+
+# The import of each distribution, and what installing one distribution (with an extra) must give:
+# itself and its dependencies, nothing else (DESIGN.md's layer table).
+MODULES = {
+    "iris-heap": "iris.heap",
+    "iris-mem-triton": "iris.mem.triton",
+    "iris-mem-gluon": "iris.mem.gluon",
+    "iris-ccl": "iris.ccl",
+    "iris-examples": "iris.examples",
+}
+INSTALLS = {
+    "iris-heap": ("iris-heap",),
+    "iris-mem-triton": ("iris-heap", "iris-mem-triton"),
+    "iris-mem-gluon": ("iris-heap", "iris-mem-gluon"),
+    "iris-ccl": ("iris-heap", "iris-mem-triton", "iris-ccl"),
+    "iris-ccl[gluon]": ("iris-heap", "iris-mem-triton", "iris-mem-gluon", "iris-ccl"),
+    "iris-examples": tuple(MODULES),
+}
 
 
-@nox.session(name="install-gluon")
-def install_gluon(session: nox.Session) -> None:
-    """The wheels of iris-heap and iris-mem-gluon, installed alone, give iris.heap and iris.mem.gluon
-    (whose Gluon kernels then run) and no iris.mem.triton or iris.ccl."""
-    wheels = Path(session.create_tmp()) / "wheels"
-    shutil.rmtree(wheels, ignore_errors=True)
-    for dist in ("iris-heap", "iris-mem-gluon"):
-        folder = str(ROOT / "packages" / dist)
-        session.run("python", "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(wheels), folder)
-    constraints = [] if _has_gpu() else ["-c", str(CPU_CONSTRAINTS)]
-    session.install(*constraints, f"triton=={TRITON_NEWEST}", *sorted(str(w) for w in wheels.glob("*.whl")))
+def _pyproject(dist: str) -> dict:
+    return tomllib.loads((PACKAGES / dist / "pyproject.toml").read_text())
+
+
+def _wheel_dir(session: nox.Session) -> Path:
+    return (session.cache_dir / "wheels").resolve()  # absolute: the checks run from a temp dir
+
+
+@nox.session
+def wheels(session: nox.Session) -> None:
+    """Build the wheel of every distribution into one folder, the one the install sessions use."""
+    dists = sorted(p.parent.name for p in PACKAGES.glob("*/pyproject.toml"))
+    if sorted(MODULES) != dists:
+        session.error(
+            f"packages/ holds {dists}, but the noxfile's MODULES/INSTALLS name {sorted(MODULES)}: add the new one"
+        )
+    folder = _wheel_dir(session)
+    shutil.rmtree(folder, ignore_errors=True)
+    backends = sorted({req for d in dists for req in _pyproject(d)["build-system"]["requires"]})
+    _pip_install(session, *backends)  # once here, instead of one isolated build environment per wheel
+    folders = [str(PACKAGES / d) for d in dists]
+    session.run(
+        "python", "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", str(folder), *folders
+    )
+    built = sorted(w.name for w in folder.glob("*.whl"))
+    if len(built) != len(dists):
+        session.error(f"built {built} for {dists}")
+
+
+@nox.session(requires=["wheels"])
+@nox.parametrize("dist", list(INSTALLS))
+def install(session: nox.Session, dist: str) -> None:
+    """One distribution, installed alone from the wheels, gives exactly its and its dependencies' modules.
+
+    Siblings come from the same wheel folder, nothing from the checkout; versions are the pyprojects'.
+    """
+    wheels = _wheel_dir(session)
+    name = dist.split("[")[0]
+    versions = {d: _pyproject(d)["project"]["version"] for d in MODULES}
+    # Constraints (they install nothing themselves): each sibling at its version here, so that pip
+    # takes it from the wheel folder; without a GPU the newest tested triton (with one, torch's pin).
+    pins = Path(session.create_tmp()) / "pins.txt"
+    pins.write_text(
+        "".join(f"{d}=={v}\n" for d, v in versions.items()) + ("" if _has_gpu() else f"triton=={TRITON_NEWEST}\n")
+    )
+    _pip_install(session, "--find-links", str(wheels), "-c", str(pins), *_cpu_constraints(), dist)
+    expect = INSTALLS[dist]
+    spec = {
+        "expect": {d: [MODULES[d], versions[d]] for d in expect},
+        "absent": {d: MODULES[d] for d in MODULES if d not in expect},
+        "checkout": str(ROOT),
+    }
     session.chdir(session.create_tmp())  # nothing of the checkout on sys.path
-    session.run("python", "-c", _INSTALL_GLUON_CHECK)
-    kernel = ROOT / "packages" / "iris-mem-gluon" / "tests" / "_gluon_plain_kernel.py"
-    session.run("python", str(kernel), env={} if _has_gpu() else {"TRITON_INTERPRET": "1"})
+    session.run("python", str(TOOLS / "check_install.py"), str(wheels), json.dumps(spec))
+    interpret = {} if _has_gpu() else {"TRITON_INTERPRET": "1"}
+    if name == "iris-mem-gluon":  # a Gluon kernel that knows nothing of Iris still runs (on CPU too)
+        session.run("python", str(PACKAGES / name / "tests" / "_gluon_plain_kernel.py"), env=interpret)
+    if name == "iris-examples":  # the CLI, both ways it is installed
+        session.run("python", "-m", "iris.examples", "--list")
+        session.run("iris-examples", "--list")
+
+
+@nox.session(name="check-ranges", venv_backend="none")
+def check_ranges(session: nox.Session) -> None:
+    """Every sibling requirement in every pyproject admits the sibling's version here (no installs)."""
+    session.run(sys.executable, str(TOOLS / "check_ranges.py"), str(ROOT))
+
+
+@nox.session(name="check-abi", venv_backend="none")
+def check_abi(session: nox.Session) -> None:
+    """Every layer that reads the device context declares and checks iris.heap's CONTEXT_ABI_VERSION."""
+    session.run(sys.executable, str(TOOLS / "check_abi.py"), str(ROOT))

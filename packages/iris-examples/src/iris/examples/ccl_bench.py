@@ -1,0 +1,224 @@
+"""ccl-bench: iris.ccl's collectives against the copy roofline (and NCCL where every rank has its own GPU).
+
+For each collective (and all_reduce variant) and size per rank: the median time of back-to-back
+calls on heap tensors (error checks off inside the timed loop, one check after), the effective
+memory traffic (bytes every rank must read and write, summed over ranks, below), and that traffic
+over the bandwidth of ``torch.Tensor.copy_`` measured in the same run on the same device
+(``copy_ GB/s`` counts bytes read plus written). Ranks sharing one GPU share its bandwidth, so
+the roofline is the copy rate of the whole GPU. Run ranks sharing a GPU under MPS. Before the
+timed calls, every collective at every size is checked against torch once, on inputs whose sums
+are exact in fp32.
+
+Effective traffic per rank, n = bytes of the per-rank input:
+  all_gather W*n read + W*n written (each block read once per destination, written once)
+  reduce_scatter n read + n/W written;  all_to_all n + n;  broadcast n + n (non-src ranks)
+  all_reduce n read (its chunk from every rank) + n written (result chunk into every rank)
+
+(This was ``packages/iris-ccl/benchmarks/bench_ccl.py``, which now calls this module.)
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+import iris.ccl as ccl
+import iris.heap
+
+from . import environment, tables, timing, validation
+from .options import positive_int
+from .units import format_bytes, size_type
+
+__all__ = ["COLLECTIVES", "SUMMARY", "add_arguments", "check_arguments", "expected", "rank_main", "report", "traffic"]
+
+SUMMARY = "iris.ccl collectives against the torch copy roofline (and NCCL where every rank has a GPU)"
+BACKENDS = ("triton", "gluon")
+
+COLLECTIVES = ["all_reduce:one_shot", "all_reduce:two_shot", "all_reduce:rs_ag", "all_gather", "reduce_scatter",
+               "all_to_all", "broadcast"]  # fmt: skip
+LATENCY_VARIANTS = ("one_shot", "two_shot", "rs_ag")
+
+
+def traffic(name: str, n: int, w: int) -> int:
+    """Bytes the collective ``name`` must read plus write, summed over ``w`` ranks, for ``n`` bytes per rank."""
+    if name == "all_gather":
+        return 2 * w * n * w
+    if name == "reduce_scatter":
+        return (n + n // w) * w
+    if name == "broadcast":
+        return 2 * n * (w - 1)
+    return 2 * n * w  # all_reduce, all_to_all
+
+
+def _input(rank: int, n: int, device="cpu") -> torch.Tensor:
+    """Rank ``rank``'s validation input: small integers as fp32, so every sum is exact."""
+    return (torch.arange(n, device=device) % 17 + rank).to(torch.float32)
+
+
+def expected(coll: str, rank: int, w: int, n: int) -> torch.Tensor:
+    """torch's result of ``coll`` on rank ``rank`` when rank j's input is ``_input(j, n)``."""
+    inputs = [_input(j, n) for j in range(w)]
+    chunk = n // w
+    if coll == "all_reduce":
+        return torch.stack(inputs).sum(0)
+    if coll == "all_gather":
+        return torch.cat(inputs)
+    if coll == "reduce_scatter":
+        return torch.stack([x[rank * chunk : (rank + 1) * chunk] for x in inputs]).sum(0)
+    if coll == "all_to_all":
+        return torch.cat([x[rank * chunk : (rank + 1) * chunk] for x in inputs])
+    if coll == "broadcast":
+        return inputs[0]
+    raise ValueError(f"unknown collective {coll!r}")
+
+
+def add_arguments(parser: argparse.ArgumentParser, *, gpu: bool) -> None:
+    sizes = ["1M", "16M", "64M", "256M", "1G"] if gpu else ["64K"]
+    parser.add_argument("--sizes", nargs="+", type=size_type, default=[size_type(s) for s in sizes],
+                        help=f"bytes per rank (default {' '.join(sizes)})")  # fmt: skip
+    parser.add_argument("--iters", type=positive_int, default=10 if gpu else 1, help="timed calls per size")
+    parser.add_argument("--collectives", nargs="+", default=COLLECTIVES, metavar="NAME",
+                        help=f"what to run (default all: {' '.join(COLLECTIVES)})")  # fmt: skip
+    lat = ["1K", "8K", "64K"] if gpu else ["1K"]
+    parser.add_argument("--latency-sizes", nargs="*", type=size_type, default=[size_type(s) for s in lat],
+                        help=f"small all_reduce sizes for the latency table (default {' '.join(lat)}; none: skip)")  # fmt: skip
+    parser.add_argument(
+        "--latency-iters", type=positive_int, default=50 if gpu else 1, help="timed calls per latency size"
+    )
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    for name in args.collectives:
+        coll, _, variant = name.partition(":")
+        if name not in COLLECTIVES and not (coll == "all_reduce" and variant in ccl.ALL_REDUCE_VARIANTS):
+            raise ValueError(f"unknown collective {name!r}; choose from {' '.join(COLLECTIVES)} (or all_reduce:auto)")
+    w = args.ranks
+    bad = [s for s in (*args.sizes, *args.latency_sizes) if s % (4 * w)]
+    if bad:
+        raise ValueError(
+            f"sizes must split into {w} whole chunks of fp32 elements (multiples of {4 * w} bytes), got {bad}"
+        )
+
+
+def _calls(x, out, part, n, cfg, nccl=None):
+    import torch.distributed as dist
+
+    if nccl is not None:
+        return {
+            "all_reduce": lambda: dist.all_reduce(x, group=nccl),
+            "all_gather": lambda: dist.all_gather_into_tensor(out, x, group=nccl),
+            "reduce_scatter": lambda: dist.reduce_scatter_tensor(part, x, group=nccl),
+            "all_to_all": lambda: dist.all_to_all_single(out[:n], x, group=nccl),
+            "broadcast": lambda: dist.broadcast(x, 0, group=nccl),
+        }
+    return {
+        "all_reduce": lambda: ccl.all_reduce(x, config=cfg),
+        "all_gather": lambda: ccl.all_gather(out, x, config=cfg),
+        "reduce_scatter": lambda: ccl.reduce_scatter(part, x, config=cfg),
+        "all_to_all": lambda: ccl.all_to_all(out[:n], x, config=cfg),
+        "broadcast": lambda: ccl.broadcast(x, 0, config=cfg),
+    }
+
+
+def _result(coll, x, out, part, n):
+    return {"all_reduce": x, "all_gather": out, "reduce_scatter": part, "all_to_all": out[:n], "broadcast": x}[coll]
+
+
+def rank_main(args: argparse.Namespace) -> dict:
+    import torch.distributed as dist
+
+    w, sizes = args.ranks, sorted(set(args.sizes))
+    biggest = max(sizes) // 4
+    heap = iris.heap.init(biggest * 4 * (w + 3) + (64 << 20))
+    try:
+        rank, dev = heap.rank, heap.device
+        nccl = None
+        if dev.type == "cuda" and torch.cuda.device_count() >= w and w > 1:
+            torch.cuda.set_device(dev)
+            nccl = dist.new_group(backend="nccl")
+        rows, mismatches = [], []
+        with tables.progress("ccl-bench", len(sizes) * len(args.collectives), enabled=rank == 0) as bar:
+            for nbytes in sizes:
+                n = nbytes // 4
+                a, b = torch.empty(n, device=dev), torch.empty(n, device=dev)
+                copy_bw = 2 * nbytes / timing.bench(lambda a=a, b=b: b.copy_(a), iters=args.iters, device=dev)
+                x = heap.empty(n)
+                out = torch.empty(w * n, device=dev)
+                part = torch.empty(n // w, device=dev)
+                for name in args.collectives:
+                    coll, _, variant = name.partition(":")
+                    # checked once against torch, with error checks on
+                    x.copy_(_input(rank, n, dev))
+                    _calls(x, out, part, n, ccl.Config(variant=variant or "auto", backend=args.backend))[coll]()
+                    found = validation.compare(_result(coll, x, out, part, n), expected(coll, rank, w, n), rank=rank,
+                                               what=f"{name} of {format_bytes(nbytes)} per rank")  # fmt: skip
+                    mismatches += [found] if found is not None else []
+                    x.normal_()
+                    cfg = ccl.Config(variant=variant or "auto", backend=args.backend, check_errors=False)
+                    t = timing.bench(_calls(x, out, part, n, cfg)[coll], iters=args.iters, device=dev)
+                    heap.barrier()  # surfaces any device-side timeout from the timed loop
+                    moved = traffic(coll, nbytes, w)
+                    row = {"collective": name, "ranks": w, "backend": args.backend, "bytes_per_rank": nbytes,
+                           "time_us": t * 1e6, "traffic_GBps": moved / t / 1e9, "copy_GBps": copy_bw / 1e9,
+                           "ratio_vs_copy": moved / t / copy_bw, "check": "ok" if found is None else "MISMATCH"}  # fmt: skip
+                    if nccl is not None:
+                        tn = timing.bench(_calls(x, out, part, n, None, nccl)[coll], iters=args.iters, device=dev)
+                        row["nccl_us"] = tn * 1e6
+                        row["speedup_vs_nccl"] = tn / t
+                    rows.append(row)
+                    bar.advance()
+                heap.free(x)
+        for nbytes in sorted(set(args.latency_sizes)):  # small-message all_reduce latency
+            y = heap.randn(nbytes // 4)
+            for variant in LATENCY_VARIANTS:
+                cfg = ccl.Config(variant=variant, backend=args.backend, check_errors=False)
+                t = timing.bench(
+                    lambda y=y, cfg=cfg: ccl.all_reduce(y, config=cfg), iters=args.latency_iters, device=dev
+                )
+                rows.append({"collective": f"all_reduce:{variant}", "ranks": w, "backend": args.backend,
+                             "bytes_per_rank": nbytes, "time_us": t * 1e6, "latency": True})  # fmt: skip
+            heap.free(y)
+        heap.barrier()
+        return {
+            "rank": rank,
+            "rows": rows,
+            "mismatches": mismatches,
+            "gpu": dev.type == "cuda",
+            "nccl": nccl is not None,
+        }
+    finally:
+        heap.close()
+
+
+def report(results: list, args: argparse.Namespace) -> int:
+    rows = results[0]["rows"]  # rank 0's timings, as every rank times the same calls
+    env = environment.describe(gpu=results[0]["gpu"])
+    main = [r for r in rows if not r.get("latency")]
+    columns = [("collective", "collective", ""), ("bytes_per_rank", "bytes/rank", format_bytes), ("time_us", "time us", ".1f"),
+               ("traffic_GBps", "traffic GB/s", ".3g"), ("copy_GBps", "copy_ GB/s", ".3g"), ("ratio_vs_copy", "ratio", ".2f")]  # fmt: skip
+    if results[0]["nccl"]:
+        columns += [("nccl_us", "nccl us", ".1f"), ("speedup_vs_nccl", "vs nccl", ".2f")]
+    columns.append(("check", "vs torch", ""))
+    tables.print_table(f"iris.ccl, {args.ranks} ranks, backend {args.backend} (rank 0's times)", main, columns,
+                       caption=environment.summary(env))  # fmt: skip
+    latency = [r for r in rows if r.get("latency")]
+    if latency:
+        tables.print_table(
+            "small-message all_reduce latency",
+            latency,
+            [
+                ("collective", "collective", ""),
+                ("bytes_per_rank", "bytes/rank", format_bytes),
+                ("time_us", "time us", ".1f"),
+            ],
+        )
+    bad = validation.print_mismatches(m for r in results for m in r["mismatches"])
+    if args.csv:
+        tables.write_csv(args.csv, [dict(r, device=env["device"], mps=env["mps"]) for r in rows])
+        print(f"wrote {args.csv}")
+    if args.plot:
+        tables.plot(args.plot, main, x="bytes_per_rank", y="ratio_vs_copy", series="collective",
+                    title=f"iris.ccl vs the copy roofline, {args.ranks} ranks ({args.backend})",
+                    xlabel="bytes per rank", ylabel="traffic / copy_ bandwidth")  # fmt: skip
+    return 1 if bad else 0

@@ -17,6 +17,10 @@ def test_layout_agnostic_gluon_runs_on_cpu_ranks(world):
     world.run(cpu.check_language, 1)
 
 
+def test_register_operand_mma_v2_runs_on_cpu_as_a_dot(world):
+    world.run(cpu.check_mma_v2, 1)
+
+
 def test_constructs_the_cpu_cannot_model_raise_naming_the_construct(world):
     world.run(cpu.check_unsupported, 1)
 

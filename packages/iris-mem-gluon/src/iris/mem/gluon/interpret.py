@@ -9,12 +9,15 @@ runs them anyway, by forwarding the Gluon language onto the interpreted Triton l
 * loads, stores, atomics, ``where``, math, reductions, scans, ``static_range`` ... are Triton's
   own, interpreted (a Gluon tensor *is* a ``triton.language.tensor``);
 * ``gl.barrier`` / ``gl.thread_barrier`` are no-ops (a program is one thread on CPU);
-  ``gl.num_warps()`` is the launch's ``num_warps`` (default 4), ``gl.num_ctas()`` is 1.
+  ``gl.num_warps()`` is the launch's ``num_warps`` (default 4), ``gl.num_ctas()`` is 1;
+* ``gl.dot_fma`` and ``gl.nvidia.ampere.mma_v2`` (whose operands are registers) are ``tl.dot``
+  in IEEE fp32 (``mma_v2`` widens bf16 operands to fp32 first).
 
 What the CPU cannot model raises :class:`UnsupportedOnCPUError` naming the construct: shared
 memory (``gl.allocate_shared_memory``), warp specialization, TMA, mbarriers, async copies,
-MMA (wgmma, tcgen05, MFMA, WMMA), inline assembly, tensor memory, and every other target
-intrinsic under ``gl.nvidia`` / ``gl.amd``.
+the other MMA instructions (wgmma, tcgen05, MFMA, WMMA, whose operands live in shared or tensor
+memory or in target layouts), inline assembly, tensor memory, and every other target intrinsic
+under ``gl.nvidia`` / ``gl.amd``.
 
 How it hooks in: :func:`enable` teaches Triton's ``GluonJITFunction`` class to launch through
 the interpreter (``kernel[grid](...)``), to call ``@gluon.jit`` device functions as Python while
@@ -275,6 +278,18 @@ def _static_range(*args, **kwargs):
     return tl.static_range(*args, **_strip(kwargs))
 
 
+def _mma_v2(a, b, acc, input_precision=None, **kwargs):
+    """``gl.nvidia.ampere.mma_v2``: ``acc + a @ b`` with register operands, as ``tl.dot`` (IEEE fp32).
+
+    bf16 operands are widened to fp32 first (exactly): the interpreter's ``tl.dot`` would multiply
+    bf16 as its raw 16-bit integers."""
+    if a.dtype == tl.bfloat16:
+        a = a.to(tl.float32)
+    if b.dtype == tl.bfloat16:
+        b = b.to(tl.float32)
+    return tl.dot(a, b, acc, input_precision="ieee")
+
+
 _SPECIAL = {
     "arange": _arange,
     "full": _full,
@@ -292,6 +307,11 @@ _SPECIAL = {
     "num_ctas": _num_ctas,
     "dot_fma": _dot_fma,
     "static_range": _static_range,
+}
+
+#: Target intrinsics the CPU runs anyway, by their qualified names: register-operand MMA is a dot.
+_TARGET_SPECIAL = {
+    "gl.nvidia.ampere.mma_v2": _mma_v2,
 }
 
 #: Root-level Gluon constructs the CPU cannot model, with what they are.
@@ -399,7 +419,8 @@ def _plan() -> tuple:
                 plan.append((module, name, by_identity[id(value)]))
                 continue
             qualname = f"{short}.{name}"
-            plan.append((module, name, _unsupported(qualname, _construct_of(qualname))))
+            replacement = _TARGET_SPECIAL.get(qualname) or _unsupported(qualname, _construct_of(qualname))
+            plan.append((module, name, replacement))
     return tuple(plan)
 
 

@@ -1,12 +1,21 @@
 """A module with the example interface whose rank 1 raises after the heap is mapped.
 
-Not an example of the package: test_launch.py runs it through ``iris.examples.launch`` to check
-what the launcher reports when a rank fails (rank, message, traceback) and that nothing leaks.
+Not an example of the package: test_launch.py registers it under a name of its own and runs it
+through ``iris.examples.cli.main``, to check what a user sees when a rank fails (rank, message,
+traceback, exit status 1) and that nothing leaks.
 """
 
 import iris.heap
 
 SUMMARY = "fails on rank 1 (a launcher test)"
+
+
+def add_arguments(parser, *, gpu):
+    pass
+
+
+def report(results, args):
+    return 0
 
 
 def rank_main(args):

@@ -113,7 +113,8 @@ def _print_failures(err: launch.RankFailedError) -> None:
             if f.traceback:
                 print(f"--- traceback of rank {f.rank} ---\n{f.traceback}", file=out)
         else:
-            print(f"rank {f.rank} also failed (exit code {f.exitcode}): {f.message}", file=out)
+            message = f.message if len(f.message) <= 160 else f.message[:157] + "..."
+            print(f"rank {f.rank} also failed, later (exit code {f.exitcode}): {message}", file=out)
     out.flush()
 
 

@@ -89,7 +89,7 @@ def prepare_environment(*, cpu: bool) -> None:
 
 def quiet_launcher(verbose: bool = False) -> None:
     """Silence torch.distributed.elastic's info and warning logging (the failures are reported by us)."""
-    for name in ("torch.distributed.elastic", "torch.distributed.launcher"):
+    for name in ("torch.distributed.elastic", "torch.distributed.launcher", "torch.multiprocessing"):
         logger = logging.getLogger(name)
         if verbose:
             logger.propagate = True

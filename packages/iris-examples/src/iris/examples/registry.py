@@ -56,7 +56,7 @@ EXAMPLES: dict[str, Example] = _examples(
         "gemm-all-scatter",
         "iris.examples.gemm_all_scatter",
         "triton",
-        "GEMM whose output tiles are stored straight into every rank's result (fused all-scatter)",
+        "persistent GEMM whose tiles are stored straight into every rank's C (fused all-scatter) vs matmul + all_gather",
     ),
     Example(
         "gemm-all-scatter-gluon",

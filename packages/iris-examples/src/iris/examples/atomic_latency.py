@@ -61,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser, *, gpu: bool) -> None:
     parser.add_argument(
         "--rounds", type=positive_int, default=1000 if gpu else 20, help="round trips per ping-pong kernel"
     )
-    parser.add_argument("--iters", type=positive_int, default=10 if gpu else 2, help="timed kernels per measurement")
+    parser.add_argument("--iters", type=positive_int, default=5 if gpu else 2, help="timed kernels per measurement")
     parser.add_argument(
         "--programs", type=positive_int, default=132 if gpu else 1, help="programs per rank (throughput)"
     )

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -178,6 +179,7 @@ def _kernels(backend: str):
     return kernels
 
 
+@functools.cache
 def _target(device: torch.device):
     """The compile target of ``device``'s kernels (None on CPU ranks)."""
     if device.type != "cuda":
@@ -185,6 +187,14 @@ def _target(device: torch.device):
     import triton
 
     return triton.runtime.driver.active.get_current_target()
+
+
+@functools.cache
+def _launch_options(backend: str, tiles: Tiles, dtype: torch.dtype, target, gluon_dot: str) -> dict:
+    """The backend's extra constexprs and launch options (cached: the fused step's host time is
+    on its critical path, between two synchronising barriers)."""
+    extra = {"mma_v2": None if gluon_dot == "auto" else gluon_dot == "mma_v2"} if backend == "gluon" else {}
+    return _kernels(backend).launch_options(tiles, dtype, target, **extra)
 
 
 def gemm_all_scatter(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, heap, tiles: Tiles, backend: str = "triton",
@@ -215,11 +225,8 @@ def gemm_all_scatter(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, heap,
         stride_cm, rank_stride = c.stride(1), c.stride(0)
     else:
         stride_cm, rank_stride = c.stride(0), n
-    kernels = _kernels(backend)
-    target = _target(c.device)
-    extra = {"mma_v2": None if gluon_dot == "auto" else gluon_dot == "mma_v2"} if backend == "gluon" else {}
-    options = kernels.launch_options(tiles, c.dtype, target, **extra)
-    kernels.gemm_all_scatter_kernel[(programs,)](
+    options = _launch_options(backend, tiles, c.dtype, _target(c.device), gluon_dot)
+    _kernels(backend).gemm_all_scatter_kernel[(programs,)](
         a, b, c, heap.context, m, n, k,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), stride_cm, rank_stride,
         BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k, GROUP_M=tiles.group_m,
@@ -414,6 +421,10 @@ def _one_size(args, heap, shape, tiles, cfg, nccl, sharing):
         gemm_all_scatter(a, b, c, **launch)
         ccl.barrier(heap=heap)  # C is complete on every rank
 
+    def barriers():  # the fused step's synchronisation alone
+        ccl.barrier(heap=heap)
+        ccl.barrier(heap=heap)
+
     def local_gemm():
         gemm_all_scatter(a, b, c, scatter=False, **launch)
 
@@ -459,7 +470,8 @@ def _one_size(args, heap, shape, tiles, cfg, nccl, sharing):
     row = {"size": _label(shape), "M": m, "N": n, "K": k, "ranks": w, "dtype": args.dtype, "backend": args.backend,
            "layout": layout, "programs": programs, "check": "ok" if not found else "MISMATCH"}  # fmt: skip
     if args.iters > 0:
-        timed = {"fused": fused, "local_gemm": local_gemm, "matmul": matmul, "all_gather": gather, "unfused": unfused}
+        timed = {"fused": fused, "barriers": barriers, "local_gemm": local_gemm, "matmul": matmul,
+                 "all_gather": gather, "unfused": unfused}  # fmt: skip
         if layout == "matrix":
             timed["permute"] = permute
         if nccl is not None:
@@ -498,6 +510,21 @@ def _merge(results: list) -> list[dict]:
     return rows
 
 
+def _legend(layout: str, *, gpu: bool) -> str:
+    parts = [
+        "times: median per call, slowest rank",
+        "fused = barrier + kernel + barrier",
+        "unfused = torch.matmul + iris.ccl.all_gather" + (" + permute" if layout == "matrix" else ""),
+        "TFLOP/s = 2MNK / time (all ranks together)",
+        "comm share = all_gather / (matmul + all_gather)",
+        "GEMM only = the fused kernel storing only locally",
+        "2 barriers = the fused call's two iris.ccl.barrier()s alone",
+    ]
+    if not gpu:
+        parts.append("CPU ranks: interpreter times, not performance")
+    return "; ".join(parts)
+
+
 def report(results: list, args: argparse.Namespace) -> int:
     rows = _merge(results)
     first = results[0]
@@ -512,7 +539,8 @@ def report(results: list, args: argparse.Namespace) -> int:
             columns.append(("permute_ms", "permute ms", ".3f"))
         columns += [("unfused_ms", "unfused ms", ".3f"), ("speedup", "speedup", ".2f"),
                     ("comm_share", "comm share", ".0%"), ("fused_tflops", "fused TFLOP/s", ".1f"),
-                    ("unfused_tflops", "unfused TFLOP/s", ".1f"), ("local_gemm_ms", "GEMM only ms", ".3f")]  # fmt: skip
+                    ("unfused_tflops", "unfused TFLOP/s", ".1f"), ("local_gemm_ms", "GEMM only ms", ".3f"),
+                    ("barriers_ms", "2 barriers ms", ".3f")]  # fmt: skip
         if first["nccl"]:
             columns += [("nccl_unfused_ms", "matmul+NCCL ms", ".3f"), ("speedup_vs_nccl", "vs NCCL", ".2f")]
     columns.append(("check", "vs torch", ""))
@@ -522,10 +550,7 @@ def report(results: list, args: argparse.Namespace) -> int:
              + (f", num_stages {tiles['num_stages']}" if args.backend == "triton" else ""))  # fmt: skip
     notes = [environment.summary(env)]
     if timed:
-        notes.insert(0, "times: median per call, slowest rank; fused = barrier + kernel + barrier; unfused = torch.matmul + "
-                     "iris.ccl.all_gather" + (" + permute" if args.layout == "matrix" else "") + "; TFLOP/s = 2MNK / time "
-                     "(all ranks together); comm share = all_gather / (matmul + all_gather); GEMM only = the fused "
-                     "kernel storing only locally" + ("" if first["gpu"] else "; CPU ranks: interpreter times, not performance"))  # fmt: skip
+        notes.insert(0, _legend(args.layout, gpu=first["gpu"]))
         if first["gpu"] and first["sharing"] > 1:
             notes.insert(1, f"{first['sharing']} ranks share each GPU (run under MPS for concurrent kernels)")
     tables.print_table(title, rows, columns, caption="\n".join(notes))

@@ -94,23 +94,26 @@ def local_only(rank, world_size, backend):
 
 
 def rejects(rank, world_size):
-    """What the launcher refuses, before any kernel runs: wrong C shape, C off the heap, mixed dtypes."""
+    """What the launcher refuses, before any kernel runs: mismatched shapes, C of the wrong shape or
+    off the heap, mixed dtypes (and, on a GPU, inputs on another device)."""
     import iris.heap
     from iris.examples import gemm_all_scatter as gas
 
     heap = iris.heap.init(1 << 20)
     tiles = gas.Tiles(**TILES)
-    a, b = torch.zeros(8, 16), torch.zeros(16, 4)
+    dev = heap.device
+    a, b, c = torch.zeros(8, 16, device=dev), torch.zeros(16, 4, device=dev), heap.zeros(1, 8, 4)
     cases = [
-        (heap.zeros(8, 4), "blocks", ValueError, "(1, 8, 4)"),
-        (torch.zeros(1, 8, 4), "blocks", ValueError, "symmetric heap"),
-        (heap.zeros(1, 8, 4, dtype=torch.float16), "blocks", TypeError, "one dtype"),
+        (a, b[:12], c, ValueError, "b must have a's 16 columns as rows"),
+        (a, b, heap.zeros(8, 4), ValueError, "(1, 8, 4)"),
+        (a, b, torch.zeros(1, 8, 4, device=dev), ValueError, "symmetric heap"),
+        (a, b, heap.zeros(1, 8, 4, dtype=torch.float16), TypeError, "one dtype"),
     ]
-    for c, layout, kind, words in cases:
+    if dev.type == "cuda":
+        cases.append((a.cpu(), b, c, ValueError, "heap's device"))
+    for a_, b_, c_, kind, words in cases:
         with pytest.raises(kind, match=re.escape(words)):
-            gas.gemm_all_scatter(a, b, c, heap=heap, tiles=tiles, layout=layout)
-    with pytest.raises(ValueError, match="b must have a's 16 columns as rows"):
-        gas.gemm_all_scatter(a, torch.zeros(12, 4), heap.zeros(1, 8, 4), heap=heap, tiles=tiles)
+            gas.gemm_all_scatter(a_, b_, c_, heap=heap, tiles=tiles)
 
 
 # -- the kernels on 1-4 ranks ---------------------------------------------------------------------------

@@ -219,6 +219,10 @@ def gemm_all_scatter(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, heap,
         )
     if not heap.is_symmetric(c):
         raise ValueError("c must live on the symmetric heap (heap.empty(...)): peers store into it")
+    if not (a.device == b.device == c.device == heap.device):
+        raise ValueError(
+            f"a, b and c must be on the heap's device {heap.device}, got {a.device}, {b.device} and {c.device}"
+        )
     if not (a.dtype == b.dtype == c.dtype):
         raise TypeError(f"a, b and c must have one dtype, got {a.dtype}, {b.dtype} and {c.dtype}")
     if layout == "blocks":

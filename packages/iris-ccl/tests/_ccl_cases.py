@@ -208,3 +208,31 @@ def missing_rank(rank, world_size, backend):
     y = heap.full((70,), float(rank))
     ccl.all_reduce(y, config=cfg)  # the heap and the collectives work again
     assert torch.equal(y.cpu(), torch.full((70,), float(sum(range(world_size)))))
+
+
+def unchecked_barrier(rank, world_size, backend):
+    """barrier(check_errors=False) does not sync with the host: a missing rank's timeout is left on
+    the device for the next check, which names it; the heap works again after reset()."""
+    import time
+
+    import pytest
+
+    from iris.heap import WaitTimeoutError
+
+    heap = iris.heap.init(1 << 20)
+    heap.wait_timeout = 1.0
+    quiet = ccl.Config(backend=backend, check_errors=False)
+    ccl.barrier(config=quiet)  # everyone arrives: nothing to report
+    heap.check_device_errors()
+    skipper = world_size - 1
+    if rank == skipper:
+        time.sleep(0.5)  # this rank skips the barrier the others enter
+    else:
+        ccl.barrier(config=quiet)  # returns without raising: nobody read the error word yet
+        with pytest.raises(WaitTimeoutError):
+            if heap.device.type == "cuda":
+                torch.cuda.synchronize(heap.device)
+            heap.check_device_errors()
+    ccl.reset()
+    heap.wait_timeout = 60.0
+    ccl.barrier(config=ccl.Config(backend=backend))  # checked, and every rank arrives

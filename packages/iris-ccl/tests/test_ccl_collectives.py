@@ -25,3 +25,7 @@ def test_bad_input_is_rejected_before_any_kernel(world, backend, world_size):
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_a_rank_that_skips_a_collective_times_out_the_others(world, backend, world_size):
     world.run(_ccl_cases.missing_rank, world_size, backend)
+
+
+def test_an_unchecked_barrier_leaves_a_timeout_for_the_next_check(world, backend):
+    world.run(_ccl_cases.unchecked_barrier, 2, backend)

@@ -100,6 +100,38 @@ def check_mma_v2(rank, world_size):
 
 
 @gluon.jit
+def dot_fma_kernel(a_ptr, b_ptr, c_ptr, M: gl.constexpr, N: gl.constexpr, K: gl.constexpr,
+                   L2: gl.constexpr, DOT_A: gl.constexpr, DOT_B: gl.constexpr):  # fmt: skip
+    """c = 1 + a @ b by FMA from register operands (a: M x K, b: K x N, row-major)."""
+    rows = gl.arange(0, M, layout=gl.SliceLayout(1, L2))
+    ks = gl.arange(0, K, layout=gl.SliceLayout(0, L2))
+    k_rows = gl.arange(0, K, layout=gl.SliceLayout(1, L2))
+    cols = gl.arange(0, N, layout=gl.SliceLayout(0, L2))
+    a = gl.convert_layout(gl.load(a_ptr + rows[:, None] * K + ks[None, :]), DOT_A)
+    b = gl.convert_layout(gl.load(b_ptr + k_rows[:, None] * N + cols[None, :]), DOT_B)
+    acc = gl.dot_fma(a, b, gl.full([M, N], 1.0, gl.float32, L2))
+    gl.store(c_ptr + rows[:, None] * N + cols[None, :], acc)
+
+
+def check_dot_fma(rank, world_size):
+    """gl.dot_fma runs on CPU as acc + a @ b in fp32, for fp16, bf16 and fp32 operands."""
+    import _gluon_kernels as kernels
+
+    M, N, K = 32, 16, 64
+    layout = kernels.layout_2d(16)
+    g = torch.Generator().manual_seed(1)
+    for dtype in (torch.float16, torch.bfloat16, torch.float32):
+        a = torch.randn(M, K, generator=g).to(dtype)
+        b = torch.randn(K, N, generator=g).to(dtype)
+        c = torch.zeros(M, N)
+        dot_a = gl.DotOperandLayout(operand_index=0, parent=layout, k_width=0)
+        dot_b = gl.DotOperandLayout(operand_index=1, parent=layout, k_width=0)
+        dot_fma_kernel[(1,)](a, b, c, M=M, N=N, K=K, L2=layout, DOT_A=dot_a, DOT_B=dot_b)
+        want = 1 + a.double() @ b.double()
+        assert torch.allclose(c.double(), want, atol=1e-4, rtol=1e-5), f"{dtype}: max error {(c - want).abs().max()}"
+
+
+@gluon.jit
 def shared_memory_kernel(x_ptr, N: gl.constexpr):
     smem = gl.allocate_shared_memory(gl.float32, [N], gl.SwizzledSharedLayout(1, 1, 1, [0]))
     smem.store(gl.zeros([N], gl.float32, gl.BlockedLayout([1], [32], [4], [0])))

@@ -21,6 +21,10 @@ def test_register_operand_mma_v2_runs_on_cpu_as_a_dot(world):
     world.run(cpu.check_mma_v2, 1)
 
 
+def test_dot_fma_runs_on_cpu_as_a_dot(world):
+    world.run(cpu.check_dot_fma, 1)
+
+
 def test_constructs_the_cpu_cannot_model_raise_naming_the_construct(world):
     world.run(cpu.check_unsupported, 1)
 

@@ -304,14 +304,21 @@ def broadcast(tensor: torch.Tensor, src: int, *, heap=None, config: Config | Non
     return tensor
 
 
-def barrier(*, heap=None) -> None:
-    """Device-side barrier of every rank of the heap, in stream order (epoch counted)."""
+def barrier(*, heap=None, config: Config | None = None) -> None:
+    """Device-side barrier of every rank of the heap, in stream order (epoch counted).
+
+    With ``config.check_errors`` (the default) it then reads the device error word, a host sync
+    that turns a missing rank into ``CollectiveTimeoutError``; with ``check_errors=False`` it stays
+    asynchronous (a timeout is then reported by the next checked collective or
+    ``heap.check_device_errors()``). Only ``backend`` and ``check_errors`` of ``config`` apply.
+    """
     heap = _heap(heap)
-    run = _Launch(heap, None, "barrier")
+    run = _Launch(heap, config, "barrier")
     ws = run.ws
     epoch, _ = ws.next_epoch(0)
     run.k.barrier_kernel[(1,)](heap.context, ws.entry, epoch)
-    _raise_timeouts(heap, ws, "barrier")
+    if run.cfg.check_errors:
+        _raise_timeouts(heap, ws, "barrier")
 
 
 def reset(*, heap=None) -> None:

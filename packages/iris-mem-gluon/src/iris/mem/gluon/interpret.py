@@ -270,16 +270,13 @@ def _num_ctas(**kwargs):
     return 1
 
 
-def _dot_fma(a, b, acc, **kwargs):
-    return tl.dot(a, b, acc, input_precision="ieee")
-
-
 def _static_range(*args, **kwargs):
     return tl.static_range(*args, **_strip(kwargs))
 
 
-def _mma_v2(a, b, acc, input_precision=None, **kwargs):
-    """``gl.nvidia.ampere.mma_v2``: ``acc + a @ b`` with register operands, as ``tl.dot`` (IEEE fp32).
+def _register_dot(a, b, acc, input_precision=None, **kwargs):
+    """``gl.dot_fma`` and ``gl.nvidia.ampere.mma_v2``: ``acc + a @ b`` with register operands, as
+    ``tl.dot`` (IEEE fp32).
 
     bf16 operands are widened to fp32 first (exactly): the interpreter's ``tl.dot`` would multiply
     bf16 as its raw 16-bit integers."""
@@ -305,13 +302,13 @@ _SPECIAL = {
     "thread_barrier": _barrier,
     "num_warps": _num_warps,
     "num_ctas": _num_ctas,
-    "dot_fma": _dot_fma,
+    "dot_fma": _register_dot,
     "static_range": _static_range,
 }
 
 #: Target intrinsics the CPU runs anyway, by their qualified names: register-operand MMA is a dot.
 _TARGET_SPECIAL = {
-    "gl.nvidia.ampere.mma_v2": _mma_v2,
+    "gl.nvidia.ampere.mma_v2": _register_dot,
 }
 
 #: Root-level Gluon constructs the CPU cannot model, with what they are.

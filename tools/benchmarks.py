@@ -1,0 +1,257 @@
+#!/usr/bin/env python3
+"""Run every benchmark of the repository on this (GPU) machine and write ``BENCHMARKS.md``.
+
+    python3 tools/benchmarks.py                     # all steps, then BENCHMARKS.md + docs/benchmarks/*.png
+    python3 tools/benchmarks.py --steps ccl gemm    # some steps (results accumulate in --results)
+    python3 tools/benchmarks.py --render-only       # BENCHMARKS.md from the results already there
+
+No installs: the packages are put on PYTHONPATH from ``packages/*/src``. Ranks sharing one GPU
+need MPS or every cross-rank wait costs a time slice; when run as root with
+``nvidia-cuda-mps-control`` present and no daemon running, the script starts MPS for the runs
+and stops it afterwards, and the report says whether MPS was on. Each step is one benchmark
+program that prints its table and writes CSV (and a plot where it has one) into ``--results``;
+the report quotes each figure next to its baseline from the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = [sys.executable, "-m", "iris.examples"]
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    title: str
+    argv: tuple[str, ...]  # {csv} and {plot} are replaced by paths in the results folder
+    about: str  # what is measured and against which baseline
+    plot: bool = False
+    timeout: int = 900
+    env: dict = field(default_factory=dict)
+
+
+STEPS = [
+    Step("heap", "iris.heap: allocation and heap start-up",
+         (sys.executable, "packages/iris-heap/benchmarks/bench_heap.py", "--ranks", "1", "2", "4", "--csv", "{csv}"),
+         "heap.empty + free pairs (mixed 64 B .. 1 MiB) in microseconds per pair; target <= 5 us. "
+         "`init` is the collective start-up of a heap of the given size."),
+    Step("rma", "iris.mem.triton: translated remote access against a local copy",
+         (sys.executable, "packages/iris-mem-triton/benchmarks/bench_rma.py", "--ranks", "4", "--csv", "{csv}"),
+         "Bandwidth (bytes read + written) of remote load/store/get/put/copy through translated "
+         "pointers; `ratio_vs_local` is against a plain local Triton copy of the same size in the same "
+         "run (target >= 0.97 at >= 64 MiB). Atomic latency is a dependent chain on one program."),
+    Step("gluon_rma", "iris.mem.gluon: Gluon remote copy against the Triton backend",
+         (sys.executable, "packages/iris-mem-gluon/benchmarks/bench_gluon_rma.py", "--ranks", "2", "--csv", "{csv}"),
+         "Gluon put/get/copy bandwidth; `vs_triton` is against iris.mem.triton's same operation in the "
+         "same run (target >= 0.97 at >= 64 MiB), `vs_local` against a local copy."),
+    Step("all_load", "iris.examples all-load", (*EXAMPLES, "all-load", "--ranks", "4", "--csv", "{csv}"),
+         "Every rank loads a buffer from every rank; against a local copy."),
+    Step("all_store", "iris.examples all-store", (*EXAMPLES, "all-store", "--ranks", "4", "--csv", "{csv}"),
+         "Every rank stores its buffer into every rank; against a local copy."),
+    Step("atomic_latency", "iris.examples atomic-latency",
+         (*EXAMPLES, "atomic-latency", "--ranks", "2", "--csv", "{csv}"),
+         "Round trip of a remote atomic flag between two ranks, and contended atomic_add throughput."),
+    Step("ccl", "iris.ccl (Triton backend): collectives against the copy roofline",
+         (*EXAMPLES, "ccl-bench", "--ranks", "4", "--csv", "{csv}", "--plot", "{plot}"),
+         "Effective traffic (bytes every rank must read and write, summed) over the time, divided by "
+         "the bandwidth of torch's copy_ in the same run (`ratio_vs_copy`; target >= 0.85 at >= 64 MiB "
+         "for all_gather, reduce_scatter and the best all_reduce).", plot=True),
+    Step("ccl_gluon", "iris.ccl (Gluon backend)",
+         (*EXAMPLES, "ccl-bench", "--ranks", "4", "--backend", "gluon", "--sizes", "1M", "64M", "256M",
+          "--csv", "{csv}"),
+         "As above, with `Config(backend='gluon')`."),
+    Step("gemm", "Fused GEMM all-scatter against matmul + all_gather (Triton)",
+         (*EXAMPLES, "gemm-all-scatter", "--ranks", "4", "--csv", "{csv}", "--plot", "{plot}"),
+         "Each rank computes its column block of C = A.B and stores every tile into every rank's C; "
+         "the baseline is torch.matmul then iris.ccl.all_gather (target: fused >= 1.3x).", plot=True),
+    Step("gemm_gluon", "Fused GEMM all-scatter (Gluon)",
+         (*EXAMPLES, "gemm-all-scatter-gluon", "--ranks", "4", "--csv", "{csv}", "--plot", "{plot}"),
+         "The same with the Gluon kernel.", plot=True),
+]  # fmt: skip
+BY_NAME = {s.name: s for s in STEPS}
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    src = [str(p) for p in sorted((ROOT / "packages").glob("*/src"))]
+    env["PYTHONPATH"] = os.pathsep.join(src + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env["PYTHONUNBUFFERED"] = "1"
+    env.pop("TRITON_INTERPRET", None)
+    return env
+
+
+def _mps_running() -> bool:
+    return subprocess.run(["pgrep", "-f", "nvidia-cuda-mps-control"], capture_output=True).returncode == 0
+
+
+def _start_mps() -> bool:
+    """Start MPS if we may and it is not running; True when this script started it."""
+    if _mps_running() or not shutil.which("nvidia-cuda-mps-control") or os.geteuid() != 0:
+        return False
+    return subprocess.run(["nvidia-cuda-mps-control", "-d"]).returncode == 0
+
+
+def _stop_mps() -> None:
+    subprocess.run(["nvidia-cuda-mps-control"], input=b"quit\n")
+
+
+def run_steps(steps: list[Step], results: Path, step_timeout: int | None = None) -> dict[str, dict]:
+    results.mkdir(parents=True, exist_ok=True)
+    env = _env()
+    status = {}
+    for step in steps:
+        argv = [a.format(csv=results / f"{step.name}.csv", plot=results / f"{step.name}.png") for a in step.argv]
+        if shutil.which("timeout"):  # a hung step must not eat the whole session
+            argv = ["timeout", str(step_timeout or step.timeout), *argv]
+        print(f"\n=== {step.name}: {' '.join(argv)}", flush=True)
+        (results / f"{step.name}.csv").unlink(missing_ok=True)
+        t0 = time.time()
+        with open(results / f"{step.name}.log", "w") as log:
+            try:
+                proc = subprocess.Popen(
+                    argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+                )
+                for line in proc.stdout:
+                    sys.stdout.write(line)
+                    log.write(line)
+                rc = proc.wait()
+            except OSError as e:
+                rc = f"could not start: {e}"
+        status[step.name] = {"rc": rc, "seconds": round(time.time() - t0, 1)}
+        print(f"=== {step.name}: rc {rc} in {status[step.name]['seconds']} s", flush=True)
+    return status
+
+
+# -- the report -----------------------------------------------------------------------------------
+
+
+def _fmt(value: str) -> str:
+    try:
+        x = float(value)
+    except ValueError:
+        return value
+    if x != x:
+        return ""
+    if x.is_integer() and abs(x) < 1e15:
+        return f"{int(x)}"
+    return f"{x:.4g}"
+
+
+def _table(rows: list[dict]) -> str:
+    keys = list(rows[0])
+    for r in rows[1:]:
+        keys += [k for k in r if k not in keys]
+    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    lines += ["| " + " | ".join(_fmt(r.get(k, "") or "") for k in keys) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _machine() -> list[str]:
+    env = _env()
+    probe = (
+        "import torch, triton, importlib.metadata as md\n"
+        "print('device:', torch.cuda.get_device_name() if torch.cuda.is_available() else 'CPU only')\n"
+        "print('gpus:', torch.cuda.device_count())\n"
+        "print('torch:', torch.__version__, '| cuda:', torch.version.cuda, '| triton:', triton.__version__)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, cwd=ROOT).stdout
+    lines = out.strip().splitlines()
+    try:
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                             capture_output=True, text=True).stdout.strip()  # fmt: skip
+        lines.append(f"nvidia-smi: {smi}")
+    except FileNotFoundError:
+        pass
+    versions = []
+    for pyproject in sorted((ROOT / "packages").glob("*/pyproject.toml")):
+        text = pyproject.read_text()
+        name = text.split('name = "', 1)[1].split('"', 1)[0]
+        version = text.split('version = "', 1)[1].split('"', 1)[0]
+        versions.append(f"{name} {version}")
+    lines.append("iris: " + ", ".join(versions))
+    commit = (
+        os.environ.get("IRIS_COMMIT")
+        or subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
+    )
+    lines.append(f"commit: {commit or 'unknown'} | python {platform.python_version()} | host CPUs {os.cpu_count()}")
+    return lines
+
+
+def render(results: Path, out: Path, status: dict, mps: bool) -> None:
+    plots = out.parent / "docs" / "benchmarks"
+    parts = [
+        "# Benchmarks",
+        "",
+        f"Produced by `python3 tools/benchmarks.py` on {datetime.date.today().isoformat()}. "
+        f"Ranks shared the GPU{' under MPS' if mps else ' without MPS (each cross-rank wait costs a time slice)'}. "
+        "Every ratio is against a baseline measured in the same run of the same program.",
+        "",
+        *[f"- {line}" for line in (results / "machine.txt").read_text().splitlines()],
+        "",
+    ]
+    for step in STEPS:
+        path = results / f"{step.name}.csv"
+        parts += [f"## {step.title}", "", step.about, ""]
+        if not path.exists():
+            why = status.get(step.name, {}).get("rc", "not run")
+            parts += [f"_Not measured in this report (step `{step.name}`: {why})._", ""]
+            continue
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f))
+        parts += [f"Command: `{' '.join(a.replace(sys.executable, 'python3') for a in step.argv)}`", ""]
+        parts += [_table(rows) if rows else "_(no rows)_", ""]
+        png = results / f"{step.name}.png"
+        if step.plot and png.exists():
+            plots.mkdir(parents=True, exist_ok=True)
+            shutil.copy(png, plots / png.name)
+            parts += [f"![{step.title}](docs/benchmarks/{png.name})", ""]
+    out.write_text("\n".join(parts))
+    print(f"wrote {out}")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", nargs="+", choices=list(BY_NAME), help="run only these steps (default: all)")
+    p.add_argument("--results", type=Path, default=ROOT / "benchmark-results", help="CSV/PNG/log folder")
+    p.add_argument("--out", type=Path, default=ROOT / "BENCHMARKS.md")
+    p.add_argument("--render-only", action="store_true", help="write the report from the results already there")
+    p.add_argument("--no-mps", action="store_true", help="do not start MPS")
+    p.add_argument("--step-timeout", type=int, help="seconds each step may run (default: the step's own)")
+    args = p.parse_args(argv)
+    status, started = {}, False
+    if not args.render_only:
+        started = not args.no_mps and _start_mps()
+        try:
+            steps = [BY_NAME[n] for n in args.steps] if args.steps else STEPS
+            status = run_steps(steps, args.results, args.step_timeout)
+        finally:
+            mps = _mps_running()
+            if started:
+                _stop_mps()
+        (args.results / "mps.txt").write_text("on\n" if mps else "off\n")
+        (args.results / "machine.txt").write_text("\n".join(_machine()) + "\n")
+    mps_file = args.results / "mps.txt"
+    mps = mps_file.exists() and mps_file.read_text().strip() == "on"
+    render(args.results, args.out, status, mps)
+    failed = [n for n, s in status.items() if s["rc"] != 0]
+    if failed:
+        print(f"steps that failed: {', '.join(failed)}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -382,6 +382,9 @@ def rank_main(args: argparse.Namespace) -> dict:
     size = max(torch.empty((), dtype=dtype).element_size() * m * n * (w + 1) // w for m, n, _ in args.sizes)
     heap = iris.heap.init(size + (8 << 20))  # C and the baseline's product; the rest is iris.ccl's flags
     try:
+        # iris.ccl's workspace (its flags) is allocated on first use: make that now, at the bottom of
+        # the heap, so it does not split the free space that each size's C needs in one block.
+        ccl.barrier(heap=heap)
         rank, dev = heap.rank, heap.device
         tiles = _tiles(args, _target(dev))
         sharing = _ranks_per_device(heap)

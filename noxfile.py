@@ -81,6 +81,33 @@ def _pip_install(session: nox.Session, *args: str) -> None:
     session.install("--no-compile", *args)
 
 
+def _discard_venv(session: nox.Session) -> None:
+    """Delete the session's environment once it has run (IRIS_NOX_KEEP_VENVS=1 keeps them).
+
+    Every environment holds its own torch and triton (about 1.5 GB); a bare `nox` makes 17 of them,
+    more than a small CI disk holds. Sessions never reuse environments, so nothing is lost.
+    """
+    import os
+
+    location = getattr(session.virtualenv, "location", None)
+    if location and os.environ.get("IRIS_NOX_KEEP_VENVS") != "1":
+        shutil.rmtree(location, ignore_errors=True)
+
+
+def _discarding(fn):
+    """Session body wrapper: run it, then delete its environment, whether it passed or failed."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(session: nox.Session, *args, **kwargs):
+        try:
+            return fn(session, *args, **kwargs)
+        finally:
+            _discard_venv(session)
+
+    return wrapper
+
+
 def _has_gpu() -> bool:
     return shutil.which("nvidia-smi") is not None
 
@@ -102,7 +129,7 @@ def _define(name: str, layer: Layer) -> None:
         env = {"IRIS_TEST_BACKEND": params["backend"]} if "backend" in params else {}
         _pytest(session, layer, env)
 
-    fn = session_fn
+    fn = _discarding(session_fn)
     if layer.backends:
         fn = nox.parametrize("backend", list(layer.backends))(fn)
     if layer.tritons:
@@ -116,6 +143,7 @@ for _name, _layer in LAYERS.items():
 
 
 @nox.session(default=False)
+@_discarding
 def demo(session: nox.Session) -> None:
     """The README demo: message passing, then a GEMM fused with an all-scatter, on 4 ranks.
 
@@ -157,6 +185,7 @@ def _wheel_dir(session: nox.Session) -> Path:
 
 
 @nox.session
+@_discarding
 def wheels(session: nox.Session) -> None:
     """Build the wheel of every distribution into one folder, the one the install sessions use."""
     dists = sorted(p.parent.name for p in PACKAGES.glob("*/pyproject.toml"))
@@ -179,6 +208,7 @@ def wheels(session: nox.Session) -> None:
 
 @nox.session(requires=["wheels"])
 @nox.parametrize("dist", list(INSTALLS))
+@_discarding
 def install(session: nox.Session, dist: str) -> None:
     """One distribution, installed alone from the wheels, gives exactly its and its dependencies' modules.
 

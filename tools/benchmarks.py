@@ -107,14 +107,26 @@ def _stop_mps() -> None:
     subprocess.run(["nvidia-cuda-mps-control"], input=b"quit\n")
 
 
-def run_steps(steps: list[Step], results: Path, step_timeout: int | None = None) -> dict[str, dict]:
+def run_steps(
+    steps: list[Step], results: Path, step_timeout: int | None = None, budget: float | None = None
+) -> dict[str, dict]:
+    """Run the steps in order; with a budget (seconds), each gets at most what is left of it."""
     results.mkdir(parents=True, exist_ok=True)
     env = _env()
     status = {}
+    deadline = time.time() + budget if budget else None
     for step in steps:
         argv = [a.format(csv=results / f"{step.name}.csv", plot=results / f"{step.name}.png") for a in step.argv]
+        limit = step_timeout or step.timeout
+        if deadline is not None:
+            left = int(deadline - time.time())
+            if left < 15:
+                status[step.name] = {"rc": "skipped: the --budget was spent", "seconds": 0}
+                print(f"\n=== {step.name}: skipped, {left} s of the budget left", flush=True)
+                continue
+            limit = min(limit, left)
         if shutil.which("timeout"):  # a hung step must not eat the whole session
-            argv = ["timeout", str(step_timeout or step.timeout), *argv]
+            argv = ["timeout", str(limit), *argv]
         print(f"\n=== {step.name}: {' '.join(argv)}", flush=True)
         (results / f"{step.name}.csv").unlink(missing_ok=True)
         t0 = time.time()
@@ -191,6 +203,121 @@ def _machine() -> list[str]:
     return lines
 
 
+def _rows(results: Path, name: str) -> list[dict]:
+    path = results / f"{name}.csv"
+    if not path.exists():
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _num(row: dict, key: str) -> float | None:
+    try:
+        return float(row.get(key) or "nan")
+    except ValueError:
+        return None
+
+
+BIG = 64 << 20  # the targets' ">= 64 MiB"
+
+
+def _ccl_targets(rows: list[dict], backend: str) -> list[tuple[str, str, str, str]]:
+    """Worst size at >= 64 MiB of all_gather, reduce_scatter and the best all_reduce variant."""
+    out = []
+    main = [r for r in rows if r.get("ratio_vs_copy") and int(float(r["bytes_per_rank"])) >= BIG]
+    for coll in ("all_gather", "reduce_scatter", "all_reduce"):
+        best: dict[int, tuple[float, str]] = {}  # size -> (best ratio, its variant)
+        for r in main:
+            name, _, variant = r["collective"].partition(":")
+            if name == coll:
+                size, ratio = int(float(r["bytes_per_rank"])), _num(r, "ratio_vs_copy")
+                if ratio is not None and ratio > best.get(size, (-1.0, ""))[0]:
+                    best[size] = (ratio, variant or "auto")
+        if best:
+            worst = min(best, key=lambda k: best[k][0])
+            detail = ", ".join(f"{k >> 20} MiB: {best[k][0]:.2f} ({best[k][1]})" for k in sorted(best))
+            out.append(
+                (f"ccl {backend}: {coll} / copy_ at >= 64 MiB (4 ranks)", ">= 0.85", f"{best[worst][0]:.2f}", detail)
+            )
+    latency = [
+        r for r in rows if r.get("latency") in ("True", "true", "1") and int(float(r["bytes_per_rank"])) <= 64 << 10
+    ]
+    if latency:
+        by_size: dict[int, tuple[float, str]] = {}
+        for r in latency:
+            size, t = int(float(r["bytes_per_rank"])), _num(r, "time_us")
+            if t is not None and t < by_size.get(size, (float("inf"), ""))[0]:
+                by_size[size] = (t, r["collective"].partition(":")[2])
+        detail = ", ".join(f"{k >> 10} KiB: {v[0]:.1f} us ({v[1]})" for k, v in sorted(by_size.items()))
+        out.append(
+            (
+                f"ccl {backend}: all_reduce latency <= 64 KiB (best variant)",
+                "reported",
+                f"{max(v[0] for v in by_size.values()):.1f} us",
+                detail,
+            )
+        )
+    return out
+
+
+def targets(results: Path) -> list[tuple[str, str, str, str]]:
+    """(what, target, measured, detail) for every target the issues name, from the CSVs alone."""
+    out = []
+    heap = [r for r in _rows(results, "heap") if r.get("bench") == "alloc_free"]
+    if heap:
+        worst = max(heap, key=lambda r: _num(r, "full_us") or 0)
+        calls = sum(int(float(r["collective_calls"])) for r in heap)
+        detail = ", ".join(f"{r['ranks']} ranks: {float(r['full_us']):.2f} us" for r in heap)
+        out.append(
+            (
+                "heap: heap.empty + free, us per pair (worst world size)",
+                "<= 5 us",
+                f"{float(worst['full_us']):.2f} us",
+                detail,
+            )
+        )
+        out.append(
+            (
+                "heap: collective calls during the timed allocations",
+                "0",
+                str(calls),
+                "summed over ranks and world sizes",
+            )
+        )
+    rma = [r for r in _rows(results, "rma") if r.get("section") == "bandwidth" and r.get("ratio_vs_local")
+           and int(float(r["bytes"])) >= BIG and "local" not in r["op"] and "torch" not in r["op"]]  # fmt: skip
+    if rma:
+        worst = min(rma, key=lambda r: _num(r, "ratio_vs_local"))
+        per_op: dict[str, float] = {}
+        for r in rma:
+            per_op[r["op"]] = min(per_op.get(r["op"], 9.0), _num(r, "ratio_vs_local"))
+        detail = ", ".join(f"{op}: {v:.3f}" for op, v in per_op.items())
+        out.append(("mem.triton: translated remote access / local Triton copy at >= 64 MiB (worst op, size, rank)",
+                    ">= 0.97", f"{_num(worst, 'ratio_vs_local'):.3f}", f"worst per op: {detail}"))  # fmt: skip
+    gluon = [r for r in _rows(results, "gluon_rma") if r.get("impl") == "gluon" and r.get("vs_triton")
+             and r.get("op") != "local" and int(float(r["size_bytes"])) >= BIG]  # fmt: skip
+    if gluon:
+        worst = min(gluon, key=lambda r: _num(r, "vs_triton"))
+        detail = ", ".join(
+            f"{r['op']} {int(float(r['size_bytes'])) >> 20} MiB: {float(r['vs_triton']):.3f}" for r in gluon
+        )
+        out.append(("mem.gluon: Gluon put/get/copy / Triton backend at >= 64 MiB (worst)", ">= 0.97",
+                    f"{_num(worst, 'vs_triton'):.3f}", detail))  # fmt: skip
+    out += _ccl_targets(_rows(results, "ccl"), "triton")
+    out += _ccl_targets(_rows(results, "ccl_gluon"), "gluon")
+    for name in ("gemm", "gemm_gluon"):
+        rows = [r for r in _rows(results, name) if r.get("speedup")]
+        if rows:
+            best = max(rows, key=lambda r: _num(r, "speedup"))
+            detail = ", ".join(
+                f"{r['M']}x{r['N']}x{r['K']}: {float(r['speedup']):.2f}x (comm {float(r['comm_share']):.0%})"
+                for r in rows
+            )
+            out.append((f"{name.replace('_', ' ')}: fused / (matmul + all_gather), best of the sweep", ">= 1.3x",
+                        f"{float(best['speedup']):.2f}x", detail))  # fmt: skip
+    return out
+
+
 def render(results: Path, out: Path, status: dict, mps: bool) -> None:
     plots = out.parent / "docs" / "benchmarks"
     parts = [
@@ -203,6 +330,12 @@ def render(results: Path, out: Path, status: dict, mps: bool) -> None:
         *[f"- {line}" for line in (results / "machine.txt").read_text().splitlines()],
         "",
     ]
+    found = targets(results)
+    if found:
+        parts += ["## Targets", "", "Each target the issues name, against its figure in the tables below.", ""]
+        parts += ["| what | target | measured | detail |", "|---|---|---|---|"]
+        parts += [f"| {w} | {t} | {m} | {d} |" for w, t, m, d in found]
+        parts += [""]
     for step in STEPS:
         path = results / f"{step.name}.csv"
         parts += [f"## {step.title}", "", step.about, ""]
@@ -231,13 +364,14 @@ def main(argv=None) -> int:
     p.add_argument("--render-only", action="store_true", help="write the report from the results already there")
     p.add_argument("--no-mps", action="store_true", help="do not start MPS")
     p.add_argument("--step-timeout", type=int, help="seconds each step may run (default: the step's own)")
+    p.add_argument("--budget", type=float, help="seconds all the steps together may run; later steps are skipped")
     args = p.parse_args(argv)
     status, started = {}, False
     if not args.render_only:
         started = not args.no_mps and _start_mps()
         try:
             steps = [BY_NAME[n] for n in args.steps] if args.steps else STEPS
-            status = run_steps(steps, args.results, args.step_timeout)
+            status = run_steps(steps, args.results, args.step_timeout, args.budget)
         finally:
             mps = _mps_running()
             if started:

@@ -5,7 +5,8 @@
 Prints two tables. Allocation: alloc+free pairs of mixed sizes on every rank at once, timed per
 pair, for the allocator alone and for the full path (``heap.empty`` + ``heap.free``, a torch
 tensor made and dropped each time), with the number of torch.distributed calls made during the
-timed loop (the design target: zero). Init: wall time of ``iris.heap.init`` + ``close``.
+timed loop (the design target: zero). Init: wall time of ``iris.heap.init`` + ``close``,
+measured in the same rank processes after the allocation run (so not the CUDA context's start-up).
 """
 
 from __future__ import annotations
@@ -73,11 +74,12 @@ def _alloc_rank(rank, world_size, pairs):
         a.release(a.allocate(n))
     alone = (time.perf_counter() - t0) / pairs
     heap.check_symmetry()
+    device = heap.device.type
     heap.close()
-    return {"full_us": full * 1e6, "allocator_us": alone * 1e6, "collective_calls": calls}
+    return {"full_us": full * 1e6, "allocator_us": alone * 1e6, "collective_calls": calls}, device
 
 
-def _init_rank(rank, world_size, size, repeats):
+def _init_times(size, repeats):
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -88,8 +90,14 @@ def _init_rank(rank, world_size, size, repeats):
     return {
         "init_ms": statistics.median(t for t, _ in times) * 1e3,
         "close_ms": statistics.median(c for _, c in times) * 1e3,
-        "device": str(iris.heap.init(4096).device),
     }
+
+
+def _rank(rank, world_size, pairs, init_sizes, repeats):
+    """Both measurements in one process per rank: spawning ranks (torch import, CUDA context) costs
+    seconds, and the init times are then the heap's own, not the process's start-up."""
+    alloc, device = _alloc_rank(rank, world_size, pairs)
+    return {**alloc, "device": device, "init": {size: _init_times(size, repeats) for size in init_sizes}}
 
 
 def _parse_size(text: str) -> int:
@@ -106,27 +114,26 @@ def main(argv=None) -> int:
     p.add_argument("--csv", help="write the rows here")
     args = p.parse_args(argv)
 
+    sizes = [_parse_size(t) for t in args.init_sizes]
+    results = {w: run(_rank, w, args.pairs, sizes, args.repeats) for w in args.ranks}
     rows = []
     print(f"alloc+free pairs, mixed sizes {SIZES} bytes, {args.pairs} pairs per rank")
     print(f"{'ranks':>5} {'device':>8} {'heap.empty+free us/pair':>24} {'allocator us/pair':>18} {'pairs/s':>10} {'collective calls':>17}")
-    for w in args.ranks:
-        res = run(_alloc_rank, w, args.pairs)
+    for w, res in results.items():
         full = max(r["full_us"] for r in res)
         alone = max(r["allocator_us"] for r in res)
         calls = sum(r["collective_calls"] for r in res)
-        dev = run(_init_rank, 1, 4096, 1)[0]["device"]
+        dev = res[0]["device"]
         print(f"{w:>5} {dev:>8} {full:>24.2f} {alone:>18.2f} {1e6 / full:>10.0f} {calls:>17}")
         rows.append({"bench": "alloc_free", "ranks": w, "device": dev, "full_us": f"{full:.3f}",
                      "allocator_us": f"{alone:.3f}", "collective_calls": calls})  # fmt: skip
 
-    print("\nheap init (+ close) time, median of", args.repeats)
+    print(f"\nheap init (+ close) time, median of {args.repeats}, in processes whose device is already started")
     print(f"{'ranks':>5} {'heap size':>10} {'device':>8} {'init ms':>9} {'close ms':>9}")
-    for size_text in args.init_sizes:
-        size = _parse_size(size_text)
-        for w in args.ranks:
-            res = run(_init_rank, w, size, args.repeats)
-            init_ms = max(r["init_ms"] for r in res)
-            close_ms = max(r["close_ms"] for r in res)
+    for size_text, size in zip(args.init_sizes, sizes):
+        for w, res in results.items():
+            init_ms = max(r["init"][size]["init_ms"] for r in res)
+            close_ms = max(r["init"][size]["close_ms"] for r in res)
             print(f"{w:>5} {size_text:>10} {res[0]['device']:>8} {init_ms:>9.1f} {close_ms:>9.1f}")
             rows.append({"bench": "init", "ranks": w, "device": res[0]["device"], "heap_bytes": size,
                          "init_ms": f"{init_ms:.2f}", "close_ms": f"{close_ms:.2f}"})  # fmt: skip

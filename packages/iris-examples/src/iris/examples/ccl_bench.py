@@ -2,17 +2,20 @@
 
 For each collective (and all_reduce variant) and size per rank: the median time of back-to-back
 calls on heap tensors (error checks off inside the timed loop, one check after), the effective
-memory traffic (bytes every rank must read and write, summed over ranks, below), and that traffic
-over the bandwidth of ``torch.Tensor.copy_`` measured in the same run on the same device
-(``copy_ GB/s`` counts bytes read plus written). Ranks sharing one GPU share its bandwidth, so
-the roofline is the copy rate of the whole GPU. Run ranks sharing a GPU under MPS. Before the
-timed calls, every collective at every size is checked against torch once, on inputs whose sums
-are exact in fp32.
+memory traffic (the least that any algorithm must read and write, summed over ranks, below), and
+that traffic over the copy roofline: the bandwidth of ``torch.Tensor.copy_`` of the same size,
+timed on each device with the device to itself and summed over distinct devices, in the same
+run (``copy_ roofline GB/s`` counts bytes read plus written). Ranks sharing one GPU share its
+bandwidth, so their roofline is that one GPU's copy rate. Run ranks sharing a GPU under MPS.
+Before the timed calls, every collective at every size is checked against torch once, on inputs
+whose sums are exact in fp32.
 
-Effective traffic per rank, n = bytes of the per-rank input:
-  all_gather W*n read + W*n written (each block read once per destination, written once)
-  reduce_scatter n read + n/W written;  all_to_all n + n;  broadcast n + n (non-src ranks)
-  all_reduce n read (its chunk from every rank) + n written (result chunk into every rank)
+Effective traffic summed over W ranks, n = bytes of the per-rank input:
+  all_gather      W*n read (each input once) + W*W*n written (every rank's output)
+  reduce_scatter  W*n read + W*(n/W) written;  all_to_all W*n + W*n
+  all_reduce      W*n read + W*n written;      broadcast n read (the root's) + (W-1)*n written
+An algorithm that reads a peer's data on every rank (this release's all_gather pulls every block
+to every rank: 2*W*n per rank) moves more than this and scores lower by that factor.
 
 (This was ``packages/iris-ccl/benchmarks/bench_ccl.py``, which now calls this module.)
 """
@@ -20,6 +23,8 @@ Effective traffic per rank, n = bytes of the per-rank input:
 from __future__ import annotations
 
 import argparse
+import platform
+import statistics
 
 import torch
 
@@ -41,14 +46,47 @@ LATENCY_VARIANTS = ("one_shot", "two_shot", "rs_ag")
 
 
 def traffic(name: str, n: int, w: int) -> int:
-    """Bytes the collective ``name`` must read plus write, summed over ``w`` ranks, for ``n`` bytes per rank."""
+    """Bytes the collective ``name`` must read plus write, summed over ``w`` ranks, for ``n`` bytes per rank.
+
+    The least any algorithm moves: every input read once, every output written once (an
+    algorithm that reads a peer's input on every rank moves more, and scores lower).
+    """
     if name == "all_gather":
-        return 2 * w * n * w
+        return w * n + w * (w * n)  # w inputs read, w outputs of w*n written
     if name == "reduce_scatter":
-        return (n + n // w) * w
+        return w * n + w * (n // w)  # w inputs read, w outputs of n/w written
     if name == "broadcast":
-        return 2 * n * (w - 1)
-    return 2 * n * w  # all_reduce, all_to_all
+        return n + (w - 1) * n  # the root's input read, w - 1 outputs written
+    return 2 * n * w  # all_reduce, all_to_all: w inputs read, w outputs written
+
+
+def copy_roofline(nbytes: int, device: torch.device, iters: int) -> float:
+    """Bytes per second (read + written) that ``torch.Tensor.copy_`` reaches on the ranks' devices.
+
+    Collective: every rank times a copy of ``nbytes`` with the device to itself (the others wait
+    at a host barrier), then the figures of distinct devices are summed. Ranks sharing one GPU
+    share its memory bandwidth, so the roofline is that GPU's copy rate, not one rank's share
+    of it while the others also copy.
+    """
+    import torch.distributed as dist
+
+    a, b = torch.empty(nbytes // 4, device=device), torch.empty(nbytes // 4, device=device)
+    mine = None
+    for turn in range(dist.get_world_size()):
+        dist.barrier()
+        if turn == dist.get_rank():
+            mine = 2 * nbytes / timing.bench(lambda: b.copy_(a), iters=iters, device=device)
+    dist.barrier()
+    if device.type == "cuda":
+        key = str(torch.cuda.get_device_properties(device).uuid)
+    else:
+        key = f"host {platform.node()}"  # CPU ranks of one host share its memory
+    everyone = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, (key, mine))
+    per_device: dict[str, list[float]] = {}
+    for k, bw in everyone:
+        per_device.setdefault(k, []).append(bw)
+    return sum(statistics.median(v) for v in per_device.values())
 
 
 def _input(rank: int, n: int, device="cpu") -> torch.Tensor:
@@ -141,8 +179,7 @@ def rank_main(args: argparse.Namespace) -> dict:
         with tables.progress("ccl-bench", len(sizes) * len(args.collectives), enabled=rank == 0) as bar:
             for nbytes in sizes:
                 n = nbytes // 4
-                a, b = torch.empty(n, device=dev), torch.empty(n, device=dev)
-                copy_bw = 2 * nbytes / timing.bench(lambda a=a, b=b: b.copy_(a), iters=args.iters, device=dev)
+                copy_bw = copy_roofline(nbytes, dev, args.iters)
                 x = heap.empty(n)
                 out = torch.empty(w * n, device=dev)
                 part = torch.empty(n // w, device=dev)
@@ -196,7 +233,7 @@ def report(results: list, args: argparse.Namespace) -> int:
     env = environment.describe(gpu=results[0]["gpu"])
     main = [r for r in rows if not r.get("latency")]
     columns = [("collective", "collective", ""), ("bytes_per_rank", "bytes/rank", format_bytes), ("time_us", "time us", ".1f"),
-               ("traffic_GBps", "traffic GB/s", ".3g"), ("copy_GBps", "copy_ GB/s", ".3g"), ("ratio_vs_copy", "ratio", ".2f")]  # fmt: skip
+               ("traffic_GBps", "traffic GB/s", ".3g"), ("copy_GBps", "copy_ roofline GB/s", ".3g"), ("ratio_vs_copy", "ratio", ".2f")]  # fmt: skip
     if results[0]["nccl"]:
         columns += [("nccl_us", "nccl us", ".1f"), ("speedup_vs_nccl", "vs nccl", ".2f")]
     columns.append(("check", "vs torch", ""))

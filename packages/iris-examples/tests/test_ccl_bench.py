@@ -1,0 +1,42 @@
+"""ccl-bench's yardsticks: the traffic each collective must move, and the copy roofline.
+
+The ratio the benchmark reports is only as honest as these two: the traffic must be the least any
+algorithm moves (not what this release's algorithm happens to move), and the roofline must be the
+bandwidth of the devices the ranks run on, not one rank's share of it while the others copy too.
+"""
+
+import pytest
+import torch
+
+from iris.examples.ccl_bench import traffic
+from iris.heap.testing import run
+
+
+@pytest.mark.parametrize("w", [1, 2, 3, 4])
+def test_traffic_is_each_input_read_once_and_each_output_written_once(w):
+    n = 12 * 64  # bytes per rank, divisible by every w
+    assert traffic("all_gather", n, w) == w * n + w * (w * n)
+    assert traffic("reduce_scatter", n, w) == w * n + n
+    assert traffic("all_reduce", n, w) == 2 * w * n
+    assert traffic("all_to_all", n, w) == 2 * w * n
+    assert traffic("broadcast", n, w) == w * n
+
+
+def _roofline(rank, world_size):
+    import iris.heap
+    from iris.examples.ccl_bench import copy_roofline
+
+    heap = iris.heap.init(1 << 20)
+    try:
+        return copy_roofline(1 << 16, heap.device, iters=2)
+    finally:
+        heap.close()
+
+
+@pytest.mark.parametrize("w", [1, 2])
+def test_copy_roofline_counts_a_shared_device_once(w):
+    # CPU ranks of one host (or ranks of one GPU) share one memory: the roofline is one figure for
+    # it, the same on every rank, not the sum of every rank's measurement.
+    env = {} if torch.cuda.is_available() else {"IRIS_DEVICE": "cpu"}
+    found = run(_roofline, w, env=env)
+    assert len(set(found)) == 1 and found[0] > 0

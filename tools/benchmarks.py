@@ -5,6 +5,8 @@
     python3 tools/benchmarks.py --steps ccl gemm    # some steps (results accumulate in --results)
     python3 tools/benchmarks.py --render-only       # BENCHMARKS.md from the results already there
 
+A ``notes.md`` in the results folder is quoted at the top of the report.
+
 No installs: the packages are put on PYTHONPATH from ``packages/*/src``. Ranks sharing one GPU
 need MPS or every cross-rank wait costs a time slice; when run as root with
 ``nvidia-cuda-mps-control`` present and no daemon running, the script starts MPS for the runs
@@ -330,6 +332,9 @@ def render(results: Path, out: Path, status: dict, mps: bool) -> None:
         *[f"- {line}" for line in (results / "machine.txt").read_text().splitlines()],
         "",
     ]
+    notes = results / "notes.md"  # what the runs' own output cannot say (how they were split, corrections)
+    if notes.exists():
+        parts += ["## About this report", "", notes.read_text().strip(), ""]
     found = targets(results)
     if found:
         parts += ["## Targets", "", "Each target the issues name, against its figure in the tables below.", ""]

@@ -25,10 +25,11 @@ _REDUCIBLE = {torch.float16, torch.bfloat16, torch.float32, torch.float64,
 _WORDS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}  # data movement needs only the size
 _DEFAULT = Config()
 #: all_reduce "auto": per world size, ``(max bytes per rank, variant)`` rows tried in order; the
-#: first row whose bound admits the message wins. From the H200 sweep (ranks sharing the GPU under
-#: MPS, 1 KiB .. 64 MiB per rank at 2 and 4 ranks, benchmarks/bench_ccl.py): two_shot was fastest
-#: at every size measured (1 KiB: 78 vs 155 us one_shot at 2 ranks; 64 MiB: 342 vs 769 us one_shot,
-#: 440 us rs_ag at 4 ranks), so it is the choice until a measurement says otherwise.
+#: first row whose bound admits the message wins. From the H200 sweeps (ranks sharing the GPU under
+#: MPS; BENCHMARKS.md): two_shot was fastest at every size measured, 1 KiB .. 64 MiB per rank at
+#: 2 ranks (1 KiB: 78 vs 155 us one_shot) and 1 KiB .. 1 GiB at 4 ranks, on both backends (4 ranks,
+#: Triton: 1 KiB 86 us vs 114 one_shot and 149 rs_ag; 256 MiB 777 us vs 2303 and 939; 1 GiB 3000 us
+#: vs 9080 and 3566), so it is the choice until a measurement says otherwise.
 AUTO_VARIANTS: dict[int | None, tuple[tuple[int | None, str], ...]] = {
     None: ((None, "two_shot"),),  # any world size without a row of its own
 }

@@ -68,7 +68,9 @@ def check_all(rank, world_size, backend):
                     for op in ops_for(dtype) if shape in [(7,), (300,)] else ["sum"]:
                         t = place(heap, inputs[rank], on_heap)
                         ccl.all_reduce(t, op=op, config=vcfg)
-                        _check(t, reference_reduce(inputs, op), f"all_reduce {variant} {op} {dtype} {shape} heap={on_heap}")
+                        _check(
+                            t, reference_reduce(inputs, op), f"all_reduce {variant} {op} {dtype} {shape} heap={on_heap}"
+                        )
                         digest.update(t.cpu().view(-1).view(torch.uint8).numpy().tobytes())
                 # all_gather
                 inp = place(heap, inputs[rank], on_heap)
@@ -145,17 +147,41 @@ def bad_inputs(rank, world_size, backend):
     import pytest
 
     cases = [
-        (ValueError, "out must have shape", lambda: ccl.all_gather(torch.empty(w * 8 + 1, device=dev), x[:8], config=cfg)),
-        (TypeError, "same dtype", lambda: ccl.all_gather(torch.empty(w * 8, dtype=torch.float64, device=dev), x[:8].clone(), config=cfg)),
-        (ValueError, "overlap", lambda: ccl.all_gather(x, x[:8], config=cfg) if w > 1 else ccl.all_to_all(x, x, config=cfg)),
+        (
+            ValueError,
+            "out must have shape",
+            lambda: ccl.all_gather(torch.empty(w * 8 + 1, device=dev), x[:8], config=cfg),
+        ),
+        (
+            TypeError,
+            "same dtype",
+            lambda: ccl.all_gather(torch.empty(w * 8, dtype=torch.float64, device=dev), x[:8].clone(), config=cfg),
+        ),
+        (
+            ValueError,
+            "overlap",
+            lambda: ccl.all_gather(x, x[:8], config=cfg) if w > 1 else ccl.all_to_all(x, x, config=cfg),
+        ),
         (ValueError, "out must have shape", lambda: ccl.reduce_scatter(torch.empty(3, device=dev), x, config=cfg)),
-        (TypeError, "same dtype", lambda: ccl.reduce_scatter(torch.empty(8, dtype=torch.float16, device=dev), x, config=cfg)),
+        (
+            TypeError,
+            "same dtype",
+            lambda: ccl.reduce_scatter(torch.empty(8, dtype=torch.float16, device=dev), x, config=cfg),
+        ),
         (ValueError, "unknown op", lambda: ccl.all_reduce(x, op="prod", config=cfg)),
         (ValueError, "unknown op", lambda: ccl.reduce_scatter(torch.empty(8, device=dev), x, op="mean", config=cfg)),
-        (TypeError, "needs a floating-point", lambda: ccl.all_reduce(heap.zeros(4, dtype=torch.int32), op="avg", config=cfg)),
+        (
+            TypeError,
+            "needs a floating-point",
+            lambda: ccl.all_reduce(heap.zeros(4, dtype=torch.int32), op="avg", config=cfg),
+        ),
         (TypeError, "cannot reduce", lambda: ccl.all_reduce(heap.zeros(4, dtype=torch.bool), config=cfg)),
         (ValueError, "contiguous", lambda: ccl.all_reduce(heap.zeros(4, 4).t(), config=cfg)),
-        (ValueError, "must have inp's shape", lambda: ccl.all_to_all(torch.empty(w * 8 + w, device=dev), x, config=cfg)),
+        (
+            ValueError,
+            "must have inp's shape",
+            lambda: ccl.all_to_all(torch.empty(w * 8 + w, device=dev), x, config=cfg),
+        ),
         (ValueError, "src rank", lambda: ccl.broadcast(x, w, config=cfg)),
         (ValueError, "src rank", lambda: ccl.broadcast(x, -1, config=cfg)),
         (TypeError, "src must be an int", lambda: ccl.broadcast(x, 0.0, config=cfg)),
@@ -168,8 +194,16 @@ def bad_inputs(rank, world_size, backend):
     ]
     if w > 1:
         cases += [
-            (ValueError, "divisible by the world size", lambda: ccl.reduce_scatter(torch.empty(1, device=dev), heap.zeros(w + 1), config=cfg)),
-            (ValueError, "divisible by the world size", lambda: ccl.all_to_all(heap.zeros(w + 1), heap.zeros(w + 1), config=cfg)),
+            (
+                ValueError,
+                "divisible by the world size",
+                lambda: ccl.reduce_scatter(torch.empty(1, device=dev), heap.zeros(w + 1), config=cfg),
+            ),
+            (
+                ValueError,
+                "divisible by the world size",
+                lambda: ccl.all_to_all(heap.zeros(w + 1), heap.zeros(w + 1), config=cfg),
+            ),
         ]
     if dev.type == "cpu":
         cases.append((ValueError, "is on meta", lambda: ccl.all_reduce(torch.empty(4, device="meta"), config=cfg)))
@@ -199,7 +233,9 @@ def missing_rank(rank, world_size, backend):
         time.sleep(0.5)  # this rank skips the collective the others enter
     else:
         t0 = time.monotonic()
-        with pytest.raises(ccl.CollectiveTimeoutError, match=rf"all_reduce timed out on rank {rank}: rank {skipper} did not reach it") as info:
+        with pytest.raises(
+            ccl.CollectiveTimeoutError, match=rf"all_reduce timed out on rank {rank}: rank {skipper} did not reach it"
+        ) as info:
             ccl.all_reduce(x, config=cfg)
         assert info.value.missing_rank == skipper and info.value.collective == "all_reduce"
         assert time.monotonic() - t0 < 60

@@ -2,23 +2,36 @@
 
 import importlib
 
+import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-import triton
-
 TARGETS = {"cuda": GPUTarget("cuda", 90, 32), "hip": GPUTarget("hip", "gfx942", 64)}
-_HEAD = {"context_ptr": "*i64", "entry": "*i32", "exit_flags": "*i32", "counter": "*i64", "epoch": "i32", "done_target": "i32"}
+_HEAD = {
+    "context_ptr": "*i64",
+    "entry": "*i32",
+    "exit_flags": "*i32",
+    "counter": "*i64",
+    "epoch": "i32",
+    "done_target": "i32",
+}
 _REDUCE_FLAGS = {"OP": "constexpr", "ACC_F32": "constexpr", "IS_FLOAT": "constexpr", "BLOCK": "constexpr"}
 
 
 def _aligned(signature):
-    return {(i,): [["tt.divisibility", 16]] for i, t in enumerate(signature.values()) if t.startswith("*") or t == "i32"}
+    return {
+        (i,): [["tt.divisibility", 16]] for i, t in enumerate(signature.values()) if t.startswith("*") or t == "i32"
+    }
 
 
 def cases(K):
     out = [("barrier", K.barrier_kernel, {"context_ptr": "*i64", "entry": "*i32", "epoch": "i32"}, {})]
-    for dt, op, acc, is_float in [("fp32", 0, False, True), ("bf16", 1, True, True), ("fp16", 3, True, True), ("i32", 2, False, False)]:
+    for dt, op, acc, is_float in [
+        ("fp32", 0, False, True),
+        ("bf16", 1, True, True),
+        ("fp16", 3, True, True),
+        ("i32", 2, False, False),
+    ]:
         flags = {"OP": op, "ACC_F32": acc, "IS_FLOAT": is_float, "BLOCK": 4096}
         sig = {**_HEAD, "src": f"*{dt}", "dst": f"*{dt}", "N": "i32"}
         out.append((f"one_shot {dt} op{op}", K.one_shot_kernel, {**sig, **_REDUCE_FLAGS}, flags))
@@ -28,7 +41,14 @@ def cases(K):
                         {"PUSH": push, "DST_CHUNKED": chunked, **flags}))  # fmt: skip
     for dt in ("u8", "i16", "i32", "i64"):
         ints = {k: "i32" for k in "n total src_stride src_offset dst_stride first count".split()}
-        out.append((f"gather {dt}", K.gather_kernel, {**_HEAD, "src": f"*{dt}", "dst": f"*{dt}", **ints, "BLOCK": "constexpr"}, {"BLOCK": 4096}))
+        out.append(
+            (
+                f"gather {dt}",
+                K.gather_kernel,
+                {**_HEAD, "src": f"*{dt}", "dst": f"*{dt}", **ints, "BLOCK": "constexpr"},
+                {"BLOCK": 4096},
+            )
+        )
     return out
 
 
@@ -41,7 +61,9 @@ def compile_all(rank, world_size, target_name, backend):
     failures, all_cases = [], cases(K)
     for label, fn, sig, constexprs in all_cases:
         try:
-            triton.compile(Source(fn, sig, constexprs, attrs=_aligned(sig)), target=TARGETS[target_name], options={"num_warps": 8})
+            triton.compile(
+                Source(fn, sig, constexprs, attrs=_aligned(sig)), target=TARGETS[target_name], options={"num_warps": 8}
+            )
         except Exception as e:  # noqa: BLE001 - every failure is reported
             failures.append(f"{label}: {type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}")
     return len(all_cases), failures

@@ -1,8 +1,7 @@
 """Every collective against torch, at world sizes 1-4, on heap and non-heap tensors."""
 
-import pytest
-
 import _ccl_cases
+import pytest
 from conftest import WORLD_SIZES
 
 

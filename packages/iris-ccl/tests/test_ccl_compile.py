@@ -1,8 +1,8 @@
 """Compile-only: every collective kernel of the selected backend lowers for sm_90 and gfx942 with no GPU."""
 
+import _ccl_compile
 import pytest
 
-import _ccl_compile
 from iris.heap.testing import World
 
 TARGETS = ("cuda", "hip")
@@ -22,4 +22,6 @@ def _compile(rank, world_size, backend):
 def test_every_kernel_compiles_for_cuda_and_hip(compiler, backend):
     for target, (count, failures) in zip(TARGETS, compiler.run(_compile, backend)):
         assert count >= 20
-        assert not failures, f"{backend}: {len(failures)} of {count} kernels failed for {target}:\n" + "\n".join(failures)
+        assert not failures, f"{backend}: {len(failures)} of {count} kernels failed for {target}:\n" + "\n".join(
+            failures
+        )

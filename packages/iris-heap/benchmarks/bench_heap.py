@@ -118,7 +118,9 @@ def main(argv=None) -> int:
     results = {w: run(_rank, w, args.pairs, sizes, args.repeats) for w in args.ranks}
     rows = []
     print(f"alloc+free pairs, mixed sizes {SIZES} bytes, {args.pairs} pairs per rank")
-    print(f"{'ranks':>5} {'device':>8} {'heap.empty+free us/pair':>24} {'allocator us/pair':>18} {'pairs/s':>10} {'collective calls':>17}")
+    print(
+        f"{'ranks':>5} {'device':>8} {'heap.empty+free us/pair':>24} {'allocator us/pair':>18} {'pairs/s':>10} {'collective calls':>17}"
+    )
     for w, res in results.items():
         full = max(r["full_us"] for r in res)
         alone = max(r["allocator_us"] for r in res)

@@ -2,9 +2,9 @@
 
 import pytest
 import torch
+from _ranks import new_heap
 
 import iris.heap
-from _ranks import new_heap
 from iris.heap import context as abi
 
 

@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-
 from _ranks import new_heap
 from conftest import WORLD_SIZES
 

@@ -2,9 +2,9 @@
 
 import pytest
 import torch
+from _ranks import new_heap, sync
 
 import iris.heap
-from _ranks import new_heap, sync
 
 pytestmark = pytest.mark.gpu
 

@@ -2,15 +2,18 @@
 
 import pytest
 import torch
-
-import iris.heap
 from _ranks import gather, new_heap, sync
 from conftest import WORLD_SIZES
+
+import iris.heap
 
 
 def _same_offsets(rank, world_size):
     heap = new_heap()
-    tensors = [heap.zeros(n, dtype=d) for n, d in [(1, torch.int8), (1000, torch.float32), (3, torch.float64), (77, torch.bfloat16)]]
+    tensors = [
+        heap.zeros(n, dtype=d)
+        for n, d in [(1, torch.int8), (1000, torch.float32), (3, torch.float64), (77, torch.bfloat16)]
+    ]
     heap.free(tensors[1])
     tensors.append(heap.empty(10, 10))
     offsets = [heap.offset(t) for t in tensors[:1] + tensors[2:]]

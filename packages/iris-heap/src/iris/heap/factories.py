@@ -45,8 +45,7 @@ def normalize_size(size) -> tuple[int, ...]:
     for d in size:
         if isinstance(d, bool) or not hasattr(d, "__index__"):
             raise TypeError(
-                f"size must be a sequence of non-negative integers, got {tuple(size)!r} "
-                f"({type(d).__name__} in it)"
+                f"size must be a sequence of non-negative integers, got {tuple(size)!r} ({type(d).__name__} in it)"
             )
         d = operator.index(d)
         if d < 0:

@@ -41,7 +41,5 @@ def select(name: str, device: torch.device) -> type[Transport]:
         raise ValueError(f"unknown transport {name!r}; choose 'auto' or one of {sorted(transports)}")
     cls = transports[name]
     if device.type not in cls.device_types:
-        raise ValueError(
-            f"transport {name!r} serves {', '.join(cls.device_types)} devices, not {device}"
-        )
+        raise ValueError(f"transport {name!r} serves {', '.join(cls.device_types)} devices, not {device}")
     return cls

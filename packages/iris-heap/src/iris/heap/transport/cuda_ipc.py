@@ -22,9 +22,7 @@ def _cudart():
         try:
             from cuda import cudart as runtime  # cuda-python < 12.6 spelling
         except ImportError:
-            raise HeapError(
-                "the cuda-ipc transport needs cuda-bindings: pip install 'iris-heap[cuda]'"
-            ) from None
+            raise HeapError("the cuda-ipc transport needs cuda-bindings: pip install 'iris-heap[cuda]'") from None
     return runtime
 
 
@@ -125,4 +123,6 @@ class CudaIpcTransport(Transport):
 
     def close(self) -> None:
         self._maps = []
+
+
 TRANSPORT = CudaIpcTransport

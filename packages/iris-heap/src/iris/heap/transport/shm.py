@@ -100,4 +100,6 @@ class ShmTransport(Transport):
         # Mappings stay until the last tensor over them is gone; no tensor can dangle.
         self._views = []
         self._maps = []
+
+
 TRANSPORT = ShmTransport

@@ -5,12 +5,15 @@ iris-mem-triton is installed) the same operations written with iris.mem.triton.
     python bench_gluon_rma.py --ranks 4 --csv rma.csv        # also write the table as CSV
     python bench_gluon_rma.py --sizes 64M,256M --ops put     # a subset
 
-Every rank runs the same kernel at the same time (ranks are synchronized before each timed
-launch), each over its own buffers: ``put`` writes our ``src`` into the next rank's ``dst``,
+Ranks take turns: each timed launch runs while the other ranks wait at a host barrier, so every
+figure is one rank's with the GPU to itself and Gluon and Triton are compared under the same
+conditions (with ``--concurrent`` every rank launches at once after a barrier instead; ranks
+sharing a GPU then overlap by chance, and the ratios swing with it). Each rank works over its own
+buffers: ``put`` writes our ``src`` into the next rank's ``dst``,
 ``get`` reads the next rank's ``src`` into our ``dst``, ``copy`` moves the next rank's ``src``
 into the rank after it (with 2 ranks: into ours). ``local`` is a plain Gluon copy with no
 translation. Bandwidth counts the bytes read plus the bytes written, per rank (the slowest
-rank's median time) and summed over ranks. Several ranks may share one GPU (run under MPS for
+rank's median time) and, with ``--concurrent``, summed over ranks. Several ranks may share one GPU (run under MPS for
 concurrency; the header says whether an MPS server is running). Without a GPU the kernels run
 on CPU ranks (TRITON_INTERPRET=1) at tiny sizes: a smoke test, not a measurement.
 
@@ -173,8 +176,14 @@ def bench_rank(rank, world_size, cfg):
                 raise AssertionError(f"rank {rank}: {case} at {size} bytes did not deliver rank {want - 1}'s data")
         for _ in range(cfg["iters"]):  # rounds interleave the cases, so drift hits all alike
             for case in cases:
-                heap.barrier()
-                times[case].append(_time_once(launchers[case], heap.device))
+                if cfg["concurrent"]:
+                    heap.barrier()
+                    times[case].append(_time_once(launchers[case], heap.device))
+                    continue
+                for turn in range(world_size):  # one rank at a time; the others wait here
+                    heap.barrier()
+                    if turn == rank:
+                        times[case].append(_time_once(launchers[case], heap.device))
         for case in cases:
             results[(size, *case)] = statistics.median(times[case])
         heap.free(src)
@@ -232,13 +241,14 @@ def main(argv=None) -> int:
     p.add_argument("--iters", type=int, default=20 if gpu else 2, help="timed launches per case")
     p.add_argument("--warmup", type=int, default=3 if gpu else 1)
     p.add_argument("--no-triton", action="store_true", help="skip the iris.mem.triton comparison")
+    p.add_argument("--concurrent", action="store_true", help="every rank launches at once (default: in turn)")
     p.add_argument("--csv", help="also write the results to this CSV file")
     args = p.parse_args(argv)
     for op in args.ops:
         if op not in OPS:
             p.error(f"--ops: {op!r} is not one of {', '.join(OPS)}")
     cfg = dict(sizes=args.sizes, ops=args.ops, dtype=args.dtype, block=args.block, warps=args.warps,
-               iters=args.iters, warmup=args.warmup, no_triton=args.no_triton)  # fmt: skip
+               iters=args.iters, warmup=args.warmup, no_triton=args.no_triton, concurrent=args.concurrent)  # fmt: skip
 
     device = torch.cuda.get_device_name(0) if gpu else "CPU ranks (Triton interpreter: a smoke test, not a measurement)"
     with_triton = imt is not None and not args.no_triton
@@ -247,7 +257,8 @@ def main(argv=None) -> int:
     )
     print(f"triton {triton.__version__} | {args.dtype} | BLOCK {args.block}, {args.warps} warps | median of {args.iters}"
           f" | Triton backend: {'iris.mem.triton ' + imt.__version__ if with_triton else 'not compared'}")  # fmt: skip
-    print("bandwidth = bytes read + written; per rank (slowest rank) and summed over ranks\n")
+    mode = "all ranks at once" if args.concurrent else "one rank at a time, the others waiting"
+    print(f"bandwidth = bytes read + written; per rank (slowest rank) and summed over ranks; launches: {mode}\n")
 
     per_rank = iris.heap.testing.run(bench_rank, args.ranks, cfg)
     rows = []
@@ -256,7 +267,7 @@ def main(argv=None) -> int:
         seconds = max(r[key] for r in per_rank)
         rank_gbps = 2 * size / seconds / 1e9
         rows.append(dict(size_bytes=size, op=op, impl=impl, ranks=args.ranks, seconds=seconds,
-                         rank_gbps=rank_gbps, total_gbps=rank_gbps * args.ranks))  # fmt: skip
+                         rank_gbps=rank_gbps, total_gbps=rank_gbps * args.ranks if args.concurrent else None))  # fmt: skip
     by_key = {(r["size_bytes"], r["impl"], r["op"]): r for r in rows}
     for r in rows:
         local = by_key[(r["size_bytes"], r["impl"], "local")]["rank_gbps"]
@@ -273,8 +284,9 @@ def main(argv=None) -> int:
             print()
         last = r["size_bytes"]
         vs_triton = f"{r['vs_triton']:.3f}" if r["vs_triton"] is not None else ""
+        total = f"{r['total_gbps']:.2f}" if r["total_gbps"] is not None else "-"
         print(f"{_human(r['size_bytes']):>9} {r['op']:>6} {r['impl']:>7} {r['seconds'] * 1e6:>10.1f} {r['rank_gbps']:>10.2f}"
-              f" {r['total_gbps']:>10.2f} {r['vs_local']:>9.3f} {vs_triton:>10}")  # fmt: skip
+              f" {total:>10} {r['vs_local']:>9.3f} {vs_triton:>10}")  # fmt: skip
     if with_triton:
         big = [
             r["vs_triton"]
@@ -298,10 +310,12 @@ def main(argv=None) -> int:
                 "vs_local",
                 "vs_triton",
             ]
-            writer = csv.DictWriter(f, fieldnames=fields + ["dtype", "block", "warps", "device", "mps", "triton"])
+            writer = csv.DictWriter(
+                f, fieldnames=fields + ["launches", "dtype", "block", "warps", "device", "mps", "triton"]
+            )
             writer.writeheader()
             for r in rows:
-                writer.writerow({**r, "dtype": args.dtype, "block": args.block, "warps": args.warps, "device": device,
+                writer.writerow({**r, "launches": "concurrent" if args.concurrent else "in turn", "dtype": args.dtype, "block": args.block, "warps": args.warps, "device": device,
                                  "mps": _mps_running() if gpu else "n/a", "triton": triton.__version__})  # fmt: skip
         print(f"\nwrote {args.csv}")
     return 0

@@ -78,7 +78,8 @@ def copy_roofline(nbytes: int, device: torch.device, iters: int) -> float:
             mine = 2 * nbytes / timing.bench(lambda: b.copy_(a), iters=iters, device=device)
     dist.barrier()
     if device.type == "cuda":
-        key = str(torch.cuda.get_device_properties(device).uuid)
+        props = torch.cuda.get_device_properties(device)  # the UUID names the GPU, whatever CUDA_VISIBLE_DEVICES says
+        key = str(getattr(props, "uuid", None) or f"{props.name} #{device.index}")
     else:
         key = f"host {platform.node()}"  # CPU ranks of one host share its memory
     everyone = [None] * dist.get_world_size()

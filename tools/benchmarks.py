@@ -55,7 +55,7 @@ STEPS = [
          "pointers; `ratio_vs_local` is against a plain local Triton copy of the same size in the same "
          "run (target >= 0.97 at >= 64 MiB). Atomic latency is a dependent chain on one program."),
     Step("gluon_rma", "iris.mem.gluon: Gluon remote copy against the Triton backend",
-         (sys.executable, "packages/iris-mem-gluon/benchmarks/bench_gluon_rma.py", "--ranks", "2", "--csv", "{csv}"),
+         (sys.executable, "packages/iris-examples/benchmarks/bench_gluon_rma.py", "--ranks", "2", "--csv", "{csv}"),
          "Gluon put/get/copy bandwidth; `vs_triton` is against iris.mem.triton's same operation in the "
          "same run (target >= 0.97 at >= 64 MiB), `vs_local` against a local copy."),
     Step("all_load", "iris.examples all-load", (*EXAMPLES, "all-load", "--ranks", "4", "--csv", "{csv}"),

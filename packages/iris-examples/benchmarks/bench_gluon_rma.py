@@ -1,5 +1,5 @@
-"""Remote put / get / copy bandwidth of iris.mem.gluon, against a local Gluon copy and (when
-iris-mem-triton is installed) the same operations written with iris.mem.triton.
+"""Remote put / get / copy bandwidth of iris.mem.gluon, against a local Gluon copy and the same
+operations written with iris.mem.triton (it lives in iris-examples, the layer that has both).
 
     python bench_gluon_rma.py --ranks 2                      # 1 MiB .. 1 GiB on a GPU
     python bench_gluon_rma.py --ranks 4 --csv rma.csv        # also write the table as CSV
@@ -41,11 +41,7 @@ from triton.experimental.gluon import language as gl  # noqa: E402
 
 import iris.heap  # noqa: E402
 import iris.mem.gluon as img  # noqa: E402
-
-try:  # optional: the Triton backend, for the ratio column (never a dependency of iris-mem-gluon)
-    import iris.mem.triton as imt
-except ImportError:
-    imt = None
+import iris.mem.triton as imt  # noqa: E402
 
 OPS = ("put", "get", "copy")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "int8": torch.int8}
@@ -75,28 +71,28 @@ def gluon_rma(src, dst, context_ptr, n, OP: gl.constexpr, BLOCK: gl.constexpr, L
         ctx.copy(src + offs, dst + offs, nxt, (ctx.rank + 2) % ctx.world_size, mask=mask)
 
 
-# -- the same with iris.mem.triton (when installed) ------------------------------------------------
+# -- the same with iris.mem.triton -----------------------------------------------------------------
 
-if imt is not None:
 
-    @triton.jit
-    def triton_local_copy(src, dst, context_ptr, n, BLOCK: tl.constexpr):
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        mask = offs < n
-        tl.store(dst + offs, tl.load(src + offs, mask=mask), mask=mask)
+@triton.jit
+def triton_local_copy(src, dst, context_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(dst + offs, tl.load(src + offs, mask=mask), mask=mask)
 
-    @triton.jit
-    def triton_rma(src, dst, context_ptr, n, OP: tl.constexpr, BLOCK: tl.constexpr):
-        ctx = imt.Context.initialize(context_ptr)
-        nxt = (ctx.rank + 1) % ctx.world_size
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        mask = offs < n
-        if OP == "put":
-            ctx.put(src + offs, dst + offs, nxt, mask=mask)
-        elif OP == "get":
-            ctx.get(src + offs, dst + offs, nxt, mask=mask)
-        else:
-            ctx.copy(src + offs, dst + offs, nxt, (ctx.rank + 2) % ctx.world_size, mask=mask)
+
+@triton.jit
+def triton_rma(src, dst, context_ptr, n, OP: tl.constexpr, BLOCK: tl.constexpr):
+    ctx = imt.Context.initialize(context_ptr)
+    nxt = (ctx.rank + 1) % ctx.world_size
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    if OP == "put":
+        ctx.put(src + offs, dst + offs, nxt, mask=mask)
+    elif OP == "get":
+        ctx.get(src + offs, dst + offs, nxt, mask=mask)
+    else:
+        ctx.copy(src + offs, dst + offs, nxt, (ctx.rank + 2) % ctx.world_size, mask=mask)
 
 
 # -- one rank's measurements ------------------------------------------------------------------------
@@ -156,7 +152,7 @@ def bench_rank(rank, world_size, cfg):
     itemsize = torch.empty(0, dtype=dtype).element_size()
     biggest = max(cfg["sizes"])
     heap = iris.heap.init(2 * biggest + (1 << 20))
-    with_triton = imt is not None and not cfg["no_triton"]
+    with_triton = not cfg["no_triton"]
     results = {}
     for size in cfg["sizes"]:
         n = size // itemsize
@@ -251,7 +247,7 @@ def main(argv=None) -> int:
                iters=args.iters, warmup=args.warmup, no_triton=args.no_triton, concurrent=args.concurrent)  # fmt: skip
 
     device = torch.cuda.get_device_name(0) if gpu else "CPU ranks (Triton interpreter: a smoke test, not a measurement)"
-    with_triton = imt is not None and not args.no_triton
+    with_triton = not args.no_triton
     print(
         f"iris.mem.gluon {img.__version__} RMA bandwidth | {args.ranks} ranks on {device} | MPS {_mps_running() if gpu else 'n/a'}"
     )

@@ -14,7 +14,9 @@ declares arrive, and `check-ranges` / `check-abi` read the pyprojects and source
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import shutil
 import sys
 from dataclasses import dataclass, field
@@ -87,8 +89,6 @@ def _discard_venv(session: nox.Session) -> None:
     Every environment holds its own torch and triton (about 1.5 GB); a bare `nox` makes 17 of them,
     more than a small CI disk holds. Sessions never reuse environments, so nothing is lost.
     """
-    import os
-
     location = getattr(session.virtualenv, "location", None)
     if location and os.environ.get("IRIS_NOX_KEEP_VENVS") != "1":
         shutil.rmtree(location, ignore_errors=True)
@@ -96,7 +96,6 @@ def _discard_venv(session: nox.Session) -> None:
 
 def _discarding(fn):
     """Session body wrapper: run it, then delete its environment, whether it passed or failed."""
-    import functools
 
     @functools.wraps(fn)
     def wrapper(session: nox.Session, *args, **kwargs):

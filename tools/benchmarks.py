@@ -342,14 +342,12 @@ def render(results: Path, out: Path, status: dict, mps: bool) -> None:
         parts += [f"| {w} | {t} | {m} | {d} |" for w, t, m, d in found]
         parts += [""]
     for step in STEPS:
-        path = results / f"{step.name}.csv"
         parts += [f"## {step.title}", "", step.about, ""]
-        if not path.exists():
+        if not (results / f"{step.name}.csv").exists():
             why = status.get(step.name, {}).get("rc", "not run")
             parts += [f"_Not measured in this report (step `{step.name}`: {why})._", ""]
             continue
-        with open(path, newline="") as f:
-            rows = list(csv.DictReader(f))
+        rows = _rows(results, step.name)
         parts += [f"Command: `{' '.join(a.replace(sys.executable, 'python3') for a in step.argv)}`", ""]
         parts += [_table(rows) if rows else "_(no rows)_", ""]
         png = results / f"{step.name}.png"

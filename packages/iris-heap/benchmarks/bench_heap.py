@@ -4,7 +4,8 @@
 
 Prints two tables. Allocation: alloc+free pairs of mixed sizes on every rank at once, timed per
 pair, for the allocator alone and for the full path (``heap.empty`` + ``heap.free``, a torch
-tensor made and dropped each time), with the number of torch.distributed calls made during the
+tensor made and dropped each time), next to torch's own ``torch.empty`` + drop of the same sizes
+on the same device (the cost of making a tensor at all), with the number of torch.distributed calls made during the
 timed loop (the design target: zero). Init: wall time of ``iris.heap.init`` + ``close``,
 measured in the same rank processes after the allocation run (so not the CUDA context's start-up).
 """
@@ -68,6 +69,14 @@ def _alloc_rank(rank, world_size, pairs):
     full = (time.perf_counter() - t0) / pairs
     calls = counter["calls"] - before
 
+    # the same pairs from torch's own caching allocator: the cost of making a tensor at all
+    torch.empty(1 << 20, dtype=torch.uint8, device=heap.device)
+    t0 = time.perf_counter()
+    for n in sizes:
+        del_me = torch.empty(n, dtype=torch.uint8, device=heap.device)
+        del del_me
+    torch_us = (time.perf_counter() - t0) / pairs
+
     a = BlockAllocator(64 << 20)
     t0 = time.perf_counter()
     for n in sizes:
@@ -76,7 +85,12 @@ def _alloc_rank(rank, world_size, pairs):
     heap.check_symmetry()
     device = heap.device.type
     heap.close()
-    return {"full_us": full * 1e6, "allocator_us": alone * 1e6, "collective_calls": calls}, device
+    return {
+        "full_us": full * 1e6,
+        "allocator_us": alone * 1e6,
+        "torch_us": torch_us * 1e6,
+        "collective_calls": calls,
+    }, device
 
 
 def _init_times(size, repeats):
@@ -119,16 +133,19 @@ def main(argv=None) -> int:
     rows = []
     print(f"alloc+free pairs, mixed sizes {SIZES} bytes, {args.pairs} pairs per rank")
     print(
-        f"{'ranks':>5} {'device':>8} {'heap.empty+free us/pair':>24} {'allocator us/pair':>18} {'pairs/s':>10} {'collective calls':>17}"
+        f"{'ranks':>5} {'device':>8} {'heap.empty+free us/pair':>24} {'allocator us/pair':>18} "
+        f"{'torch.empty+del us':>19} {'pairs/s':>10} {'collective calls':>17}"
     )
     for w, res in results.items():
         full = max(r["full_us"] for r in res)
         alone = max(r["allocator_us"] for r in res)
+        torch_us = max(r["torch_us"] for r in res)
         calls = sum(r["collective_calls"] for r in res)
         dev = res[0]["device"]
-        print(f"{w:>5} {dev:>8} {full:>24.2f} {alone:>18.2f} {1e6 / full:>10.0f} {calls:>17}")
+        print(f"{w:>5} {dev:>8} {full:>24.2f} {alone:>18.2f} {torch_us:>19.2f} {1e6 / full:>10.0f} {calls:>17}")
         rows.append({"bench": "alloc_free", "ranks": w, "device": dev, "full_us": f"{full:.3f}",
-                     "allocator_us": f"{alone:.3f}", "collective_calls": calls})  # fmt: skip
+                     "allocator_us": f"{alone:.3f}", "torch_empty_us": f"{torch_us:.3f}",
+                     "collective_calls": calls})  # fmt: skip
 
     print(f"\nheap init (+ close) time, median of {args.repeats}, in processes whose device is already started")
     print(f"{'ranks':>5} {'heap size':>10} {'device':>8} {'init ms':>9} {'close ms':>9}")

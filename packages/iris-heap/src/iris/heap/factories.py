@@ -27,6 +27,8 @@ _SUPPORTED = {
 
 def check_dtype(dtype) -> torch.dtype:
     """``dtype`` itself, or torch's default float dtype for ``None``; ``TypeError`` if unsupported."""
+    if isinstance(dtype, torch.dtype) and dtype in _SUPPORTED:  # the common case first: a hot path
+        return dtype
     if dtype is None:
         return torch.get_default_dtype()
     if not isinstance(dtype, torch.dtype):
@@ -39,8 +41,12 @@ def check_dtype(dtype) -> torch.dtype:
 
 def normalize_size(size) -> tuple[int, ...]:
     """Torch's size conventions: ``f(2, 3)``, ``f((2, 3))``, ``f([2, 3])`` or ``f(torch.Size(...))``."""
-    if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)):
-        size = size[0]
+    if len(size) == 1:
+        d = size[0]
+        if type(d) is int and d >= 0:  # the common case first: allocation is a hot path
+            return (d,)
+        if isinstance(d, (tuple, list, torch.Size)):
+            size = d
     dims = []
     for d in size:
         if isinstance(d, bool) or not hasattr(d, "__index__"):

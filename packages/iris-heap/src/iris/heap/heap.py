@@ -145,11 +145,13 @@ class SymmetricHeap(TensorFactories):
         offset = self._alloc.allocate(held)
         if offset is None:
             raise self._exhausted(nbytes, shape, dtype)
-        flat, owner = self._transport.view(self.rank, offset, held, dtype)
+        if numel:
+            t, owner = self._transport.view(self.rank, offset, nbytes, dtype, shape)
+        else:
+            flat, owner = self._transport.view(self.rank, offset, held, dtype)
+            t = flat[:0].view(shape)
         self._blocks[offset] = (weakref.ref(owner), nbytes, dtype, shape)
-        if numel == 0:
-            flat = flat[:0]
-        return flat.view(shape) if len(shape) != 1 else flat
+        return t
 
     def _exhausted(self, nbytes, shape, dtype) -> HeapExhaustedError:
         q = self._quarantined()

@@ -31,12 +31,15 @@ class Transport(ABC):
         self.bases: list[int] = []
 
     @abstractmethod
-    def view(self, rank: int, offset: int, nbytes: int, dtype: torch.dtype) -> tuple[torch.Tensor, object]:
-        """A 1-D ``dtype`` tensor over bytes ``[offset, offset + nbytes)`` of rank's region.
+    def view(
+        self, rank: int, offset: int, nbytes: int, dtype: torch.dtype, shape: tuple[int, ...] | None = None
+    ) -> tuple[torch.Tensor, object]:
+        """A ``dtype`` tensor over bytes ``[offset, offset + nbytes)`` of rank's region.
 
-        The tensor gets a storage of its own, kept alive by the returned owner object (which
-        supports weak references): the owner dies exactly when the last tensor sharing that
-        storage does. ``nbytes`` is a positive multiple of the dtype's size.
+        Contiguous, of ``shape`` (1-D when ``None``). The tensor gets a storage of its own, kept
+        alive by the returned owner object (which supports weak references): the owner dies
+        exactly when the last tensor sharing that storage does. ``nbytes`` is a positive multiple
+        of the dtype's size and, with ``shape``, exactly the bytes of that shape.
         """
 
     @abstractmethod

@@ -51,16 +51,28 @@ class _Mapping:
             pass
 
 
+#: ``__cuda_array_interface__`` type strings of the dtypes torch imports directly; other dtypes
+#: (bfloat16, float8, ...) come in as bytes and are reinterpreted.
+_TYPESTR = {
+    torch.bool: "|b1", torch.uint8: "|u1", torch.int8: "|i1", torch.int16: "<i2", torch.int32: "<i4",
+    torch.int64: "<i8", torch.float16: "<f2", torch.float32: "<f4", torch.float64: "<f8",
+}  # fmt: skip
+
+
 class _DeviceBytes:
-    """A byte range of a mapping, exported to torch through ``__cuda_array_interface__``."""
+    """A byte range of a mapping, exported to torch through ``__cuda_array_interface__``.
+
+    Typed and shaped up front where the dtype allows, so that torch makes the final tensor in
+    one call (each further ``view`` of a CUDA tensor costs about as much as making it).
+    """
 
     __slots__ = ("__cuda_array_interface__", "_mapping", "__weakref__")
 
-    def __init__(self, mapping: _Mapping, offset: int, nbytes: int):
+    def __init__(self, mapping: _Mapping, offset: int, shape: tuple[int, ...], typestr: str):
         self._mapping = mapping
         self.__cuda_array_interface__ = {
-            "shape": (nbytes,),
-            "typestr": "|u1",
+            "shape": shape,
+            "typestr": typestr,
             "data": (mapping.ptr + offset, False),
             "version": 2,
         }
@@ -116,10 +128,15 @@ class CudaIpcTransport(Transport):
         self._maps = maps
         self.bases = [m.ptr for m in maps]
 
-    def view(self, rank, offset, nbytes, dtype):
-        owner = _DeviceBytes(self._maps[rank], offset, nbytes)
-        t = torch.as_tensor(owner, device=self.device)
-        return (t if dtype == torch.uint8 else t.view(dtype)), owner
+    def view(self, rank, offset, nbytes, dtype, shape=None):
+        typestr = _TYPESTR.get(dtype)
+        if typestr is not None:
+            owner = _DeviceBytes(self._maps[rank], offset, shape or (nbytes // dtype.itemsize,), typestr)
+            t = torch.as_tensor(owner, device=self.device)
+            return (t.view(()) if shape == () else t), owner  # a 0-dim tensor comes in as 1 element
+        owner = _DeviceBytes(self._maps[rank], offset, (nbytes,), "|u1")
+        t = torch.as_tensor(owner, device=self.device).view(dtype)
+        return (t if shape is None or len(shape) == 1 else t.view(shape)), owner
 
     def close(self) -> None:
         self._maps = []

@@ -92,9 +92,10 @@ class ShmTransport(Transport):
         finally:
             os.close(fd)
 
-    def view(self, rank, offset, nbytes, dtype):
+    def view(self, rank, offset, nbytes, dtype, shape=None):
         owner = self._views[rank][offset : offset + nbytes]
-        return torch.frombuffer(owner, dtype=dtype), owner
+        t = torch.frombuffer(owner, dtype=dtype)
+        return (t if shape is None or len(shape) == 1 else t.view(shape)), owner
 
     def close(self) -> None:
         # Mappings stay until the last tensor over them is gone; no tensor can dangle.

@@ -72,11 +72,12 @@ def check_all(rank, world_size, backend):
                             t, reference_reduce(inputs, op), f"all_reduce {variant} {op} {dtype} {shape} heap={on_heap}"
                         )
                         digest.update(t.cpu().view(-1).view(torch.uint8).numpy().tobytes())
-                # all_gather
+                # all_gather: pushes into a heap out (from any inp), pulls into any other out
                 inp = place(heap, inputs[rank], on_heap)
-                out = torch.empty((w * shape[0], *shape[1:]), dtype=dtype, device=dev)
-                ccl.all_gather(out, inp, config=cfg)
-                _check(out, torch.cat(inputs), f"all_gather {dtype} {shape} heap={on_heap}")
+                for out_on_heap in (True, False):
+                    out = place(heap, torch.zeros((w * shape[0], *shape[1:]), dtype=dtype), out_on_heap)
+                    ccl.all_gather(out, inp, config=cfg)
+                    _check(out, torch.cat(inputs), f"all_gather {dtype} {shape} heap={on_heap} out_heap={out_on_heap}")
                 # reduce_scatter and all_to_all: W chunks of `shape` along dim 0
                 chunks = [make(r, (w * shape[0], *shape[1:]), dtype, seed + 7) for r in range(w)]
                 for op in ops_for(dtype) if shape == (7,) else ["sum"]:
@@ -185,6 +186,11 @@ def bad_inputs(rank, world_size, backend):
         (ValueError, "src rank", lambda: ccl.broadcast(x, w, config=cfg)),
         (ValueError, "src rank", lambda: ccl.broadcast(x, -1, config=cfg)),
         (TypeError, "src must be an int", lambda: ccl.broadcast(x, 0.0, config=cfg)),
+        (
+            ValueError,
+            r"fewer than 2\*\*31",  # never touched: CPU pages stay unallocated
+            lambda: ccl.broadcast(torch.empty(2**31, dtype=torch.uint8, device=dev), 0, config=cfg),
+        ),
         (TypeError, "torch.Tensor", lambda: ccl.all_reduce([1.0], config=cfg)),
         (TypeError, "iris.ccl.Config", lambda: ccl.all_reduce(x, config={"variant": "one_shot"})),
         (ValueError, "unknown variant", lambda: ccl.Config(variant="tree")),

@@ -15,7 +15,13 @@ _HEAD = {
     "epoch": "i32",
     "done_target": "i32",
 }
-_REDUCE_FLAGS = {"OP": "constexpr", "ACC_F32": "constexpr", "IS_FLOAT": "constexpr", "BLOCK": "constexpr"}
+_REDUCE_FLAGS = {
+    "W": "constexpr",
+    "OP": "constexpr",
+    "ACC_F32": "constexpr",
+    "IS_FLOAT": "constexpr",
+    "BLOCK": "constexpr",
+}
 
 
 def _aligned(signature):
@@ -32,7 +38,7 @@ def cases(K):
         ("fp16", 3, True, True),
         ("i32", 2, False, False),
     ]:
-        flags = {"OP": op, "ACC_F32": acc, "IS_FLOAT": is_float, "BLOCK": 4096}
+        flags = {"W": 4, "OP": op, "ACC_F32": acc, "IS_FLOAT": is_float, "BLOCK": 4096}
         sig = {**_HEAD, "src": f"*{dt}", "dst": f"*{dt}", "N": "i32"}
         out.append((f"one_shot {dt} op{op}", K.one_shot_kernel, {**sig, **_REDUCE_FLAGS}, flags))
         for push, chunked in [(True, True), (False, True), (False, False)]:
@@ -40,13 +46,29 @@ def cases(K):
                         {**sig, "chunk": "i32", "PUSH": "constexpr", "DST_CHUNKED": "constexpr", **_REDUCE_FLAGS},
                         {"PUSH": push, "DST_CHUNKED": chunked, **flags}))  # fmt: skip
     for dt in ("u8", "i16", "i32", "i64"):
-        ints = {k: "i32" for k in "n total src_stride src_offset dst_stride first count".split()}
+        ints = {k: "i32" for k in "n total src_stride src_offset dst_stride first".split()}
         out.append(
             (
                 f"gather {dt}",
                 K.gather_kernel,
-                {**_HEAD, "src": f"*{dt}", "dst": f"*{dt}", **ints, "BLOCK": "constexpr"},
-                {"BLOCK": 4096},
+                {**_HEAD, "src": f"*{dt}", "dst": f"*{dt}", **ints, "COUNT": "constexpr", "BLOCK": "constexpr"},
+                {"COUNT": 4, "BLOCK": 4096},
+            )
+        )
+        out.append(
+            (
+                f"push {dt}",
+                K.push_kernel,
+                {
+                    **_HEAD,
+                    "src": f"*{dt}",
+                    "dst": f"*{dt}",
+                    "n": "i32",
+                    "dst_offset": "i32",
+                    "W": "constexpr",
+                    "BLOCK": "constexpr",
+                },
+                {"W": 4, "BLOCK": 4096},
             )
         )
     return out

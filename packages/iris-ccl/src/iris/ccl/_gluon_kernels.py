@@ -16,7 +16,7 @@ from triton.experimental.gluon import language as gl
 import iris.mem.gluon as img
 from iris.mem.gluon import Context
 
-__all__ = ["barrier_kernel", "one_shot_kernel", "reduce_kernel", "gather_kernel"]
+__all__ = ["barrier_kernel", "one_shot_kernel", "reduce_kernel", "gather_kernel", "push_kernel"]
 
 #: Bytes one thread moves per vector access (as ``iris.mem.gluon.blocked_layout``).
 _VECTOR_BYTES = 16
@@ -96,18 +96,20 @@ def _combine(acc, v, OP: gl.constexpr, IS_FLOAT: gl.constexpr):
 
 
 @gluon.jit
-def _reduce_tile(ctx, src, mask, OP: gl.constexpr, ACC_F32: gl.constexpr, IS_FLOAT: gl.constexpr):
-    """``op`` over ranks 0, 1, ..., W-1 (in that order) of the ranks' copies at ``src``."""
+def _reduce_tile(ctx, src, mask, W: gl.constexpr, OP: gl.constexpr, ACC_F32: gl.constexpr, IS_FLOAT: gl.constexpr):
+    """``op`` over ranks 0, 1, ..., W-1 (in that order) of the ranks' copies at ``src``.
+
+    Unrolled over the ``W`` ranks, so all W loads of a tile are in flight at once (a loop over a
+    runtime world size issues them one after another: W memory latencies per tile).
+    """
     acc = ctx.load(src, 0, mask=mask)
     if ACC_F32:
         acc = acc.to(gl.float32)
-    r = ctx.rank * 0 + 1
-    while r < ctx.world_size:
+    for r in gl.static_range(1, W):
         v = ctx.load(src, r, mask=mask)
         if ACC_F32:
             v = v.to(gl.float32)
         acc = _combine(acc, v, OP, IS_FLOAT)
-        r += 1
     if OP == 3:
         acc = tl.div_rn(acc, ctx.world_size.to(acc.dtype))  # IEEE-rounded, as torch divides
     return acc
@@ -136,7 +138,7 @@ def barrier_kernel(context_ptr, entry, epoch):
 @gluon.jit
 def one_shot_kernel(
     context_ptr, entry, exit_flags, counter, epoch, done_target, src, dst, N,
-    OP: gl.constexpr, ACC_F32: gl.constexpr, IS_FLOAT: gl.constexpr, BLOCK: gl.constexpr,
+    W: gl.constexpr, OP: gl.constexpr, ACC_F32: gl.constexpr, IS_FLOAT: gl.constexpr, BLOCK: gl.constexpr,
 ):  # fmt: skip
     """dst (local) = op over ranks of src (every rank's staged copy of its input)."""
     ctx = Context.initialize(context_ptr)
@@ -146,7 +148,7 @@ def one_shot_kernel(
     while t < gl.cdiv(N, BLOCK):
         offs = t * BLOCK + gl.arange(0, BLOCK, layout=L)
         mask = offs < N
-        acc = _reduce_tile(ctx, src + offs, mask, OP, ACC_F32, IS_FLOAT)
+        acc = _reduce_tile(ctx, src + offs, mask, W, OP, ACC_F32, IS_FLOAT)
         gl.store(dst + offs, _cast_out(acc, dst.dtype.element_ty), mask=mask)
         t += gl.num_programs(0)
     _leave(ctx, exit_flags, counter, epoch, done_target)
@@ -156,7 +158,7 @@ def one_shot_kernel(
 def reduce_kernel(
     context_ptr, entry, exit_flags, counter, epoch, done_target, src, dst, N, chunk,
     PUSH: gl.constexpr, DST_CHUNKED: gl.constexpr,
-    OP: gl.constexpr, ACC_F32: gl.constexpr, IS_FLOAT: gl.constexpr, BLOCK: gl.constexpr,
+    W: gl.constexpr, OP: gl.constexpr, ACC_F32: gl.constexpr, IS_FLOAT: gl.constexpr, BLOCK: gl.constexpr,
 ):  # fmt: skip
     """Reduce chunk ``rank`` (elements [rank*chunk, min((rank+1)*chunk, N))) of src over ranks.
 
@@ -173,17 +175,15 @@ def reduce_kernel(
         local = t * BLOCK + gl.arange(0, BLOCK, layout=L)
         offs = start + local
         mask = (local < chunk) & (offs < N)
-        acc = _reduce_tile(ctx, src + offs, mask, OP, ACC_F32, IS_FLOAT)
+        acc = _reduce_tile(ctx, src + offs, mask, W, OP, ACC_F32, IS_FLOAT)
         out = _cast_out(acc, dst.dtype.element_ty)
         if DST_CHUNKED:
             where = dst + offs
         else:
             where = dst + local
         if PUSH:
-            j = ctx.rank * 0
-            while j < ctx.world_size:
-                ctx.store(where, out, (ctx.rank + j) % ctx.world_size, mask=mask)
-                j += 1
+            for j in gl.static_range(W):
+                ctx.store(where, out, (ctx.rank + j) % W, mask=mask)
         else:
             gl.store(where, out, mask=mask)
         t += gl.num_programs(0)
@@ -193,9 +193,9 @@ def reduce_kernel(
 @gluon.jit
 def gather_kernel(
     context_ptr, entry, exit_flags, counter, epoch, done_target, src, dst,
-    n, total, src_stride, src_offset, dst_stride, first, count, BLOCK: gl.constexpr,
+    n, total, src_stride, src_offset, dst_stride, first, COUNT: gl.constexpr, BLOCK: gl.constexpr,
 ):  # fmt: skip
-    """For ranks r = first, first+1, ... (count of them, mod W):
+    """For ranks r = first, first+1, ... (COUNT of them, mod W; unrolled, so their loads overlap):
     dst[r*dst_stride + i] = rank r's src[r*src_stride + src_offset + i], for i < n and
     r*dst_stride + i < total (all_gather, all_to_all, broadcast and the all-gather half of rs_ag).
     """
@@ -205,12 +205,31 @@ def gather_kernel(
     t = gl.program_id(0)
     while t < gl.cdiv(n, BLOCK):
         offs = t * BLOCK + gl.arange(0, BLOCK, layout=L)
-        j = ctx.rank * 0
-        while j < count:
+        for j in gl.static_range(COUNT):
             r = (first + j) % ctx.world_size
             mask = (offs < n) & (r * dst_stride + offs < total)
             v = ctx.load(src + r * src_stride + src_offset + offs, r, mask=mask)
             gl.store(dst + r * dst_stride + offs, v, mask=mask)
-            j += 1
+        t += gl.num_programs(0)
+    _leave(ctx, exit_flags, counter, epoch, done_target)
+
+
+@gluon.jit
+def push_kernel(
+    context_ptr, entry, exit_flags, counter, epoch, done_target, src, dst, n, dst_offset,
+    W: gl.constexpr, BLOCK: gl.constexpr,
+):  # fmt: skip
+    """Every rank's dst[dst_offset + i] = this rank's src[i], for i < n (all_gather into heap
+    outputs: each input read once, from local memory, and stored into all W ranks)."""
+    ctx = Context.initialize(context_ptr)
+    L: gl.constexpr = _tile_layout(BLOCK, gl.num_warps(), src.dtype.element_ty)
+    _enter(ctx, entry, epoch)
+    t = gl.program_id(0)
+    while t < gl.cdiv(n, BLOCK):
+        offs = t * BLOCK + gl.arange(0, BLOCK, layout=L)
+        mask = offs < n
+        v = gl.load(src + offs, mask=mask)
+        for j in gl.static_range(W):
+            ctx.store(dst + dst_offset + offs, v, (ctx.rank + j) % W, mask=mask)
         t += gl.num_programs(0)
     _leave(ctx, exit_flags, counter, epoch, done_target)

@@ -21,7 +21,7 @@ import triton.language as tl
 
 from iris.mem.triton import Context
 
-__all__ = ["barrier_kernel", "one_shot_kernel", "reduce_kernel", "gather_kernel"]
+__all__ = ["barrier_kernel", "one_shot_kernel", "reduce_kernel", "gather_kernel", "push_kernel"]
 
 
 @triton.jit
@@ -74,18 +74,20 @@ def _combine(acc, v, OP: tl.constexpr, IS_FLOAT: tl.constexpr):
 
 
 @triton.jit
-def _reduce_tile(ctx, src, mask, OP: tl.constexpr, ACC_F32: tl.constexpr, IS_FLOAT: tl.constexpr):
-    """``op`` over ranks 0, 1, ..., W-1 (in that order) of the ranks' copies at ``src``."""
+def _reduce_tile(ctx, src, mask, W: tl.constexpr, OP: tl.constexpr, ACC_F32: tl.constexpr, IS_FLOAT: tl.constexpr):
+    """``op`` over ranks 0, 1, ..., W-1 (in that order) of the ranks' copies at ``src``.
+
+    Unrolled over the ``W`` ranks, so all W loads of a tile are in flight at once (a loop over a
+    runtime world size issues them one after another: W memory latencies per tile).
+    """
     acc = ctx.load(src, 0, mask=mask)
     if ACC_F32:
         acc = acc.to(tl.float32)
-    r = ctx.rank * 0 + 1
-    while r < ctx.world_size:
+    for r in tl.static_range(1, W):
         v = ctx.load(src, r, mask=mask)
         if ACC_F32:
             v = v.to(tl.float32)
         acc = _combine(acc, v, OP, IS_FLOAT)
-        r += 1
     if OP == 3:
         acc = tl.div_rn(acc, ctx.world_size.to(acc.dtype))  # IEEE-rounded, as torch divides
     return acc
@@ -114,7 +116,7 @@ def barrier_kernel(context_ptr, entry, epoch):
 @triton.jit
 def one_shot_kernel(
     context_ptr, entry, exit_flags, counter, epoch, done_target, src, dst, N,
-    OP: tl.constexpr, ACC_F32: tl.constexpr, IS_FLOAT: tl.constexpr, BLOCK: tl.constexpr,
+    W: tl.constexpr, OP: tl.constexpr, ACC_F32: tl.constexpr, IS_FLOAT: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
     """dst (local) = op over ranks of src (every rank's staged copy of its input)."""
     ctx = Context.initialize(context_ptr)
@@ -123,7 +125,7 @@ def one_shot_kernel(
     while t < tl.cdiv(N, BLOCK):
         offs = t * BLOCK + tl.arange(0, BLOCK)
         mask = offs < N
-        acc = _reduce_tile(ctx, src + offs, mask, OP, ACC_F32, IS_FLOAT)
+        acc = _reduce_tile(ctx, src + offs, mask, W, OP, ACC_F32, IS_FLOAT)
         tl.store(dst + offs, _cast_out(acc, dst.dtype.element_ty), mask=mask)
         t += tl.num_programs(0)
     _leave(ctx, exit_flags, counter, epoch, done_target)
@@ -133,7 +135,7 @@ def one_shot_kernel(
 def reduce_kernel(
     context_ptr, entry, exit_flags, counter, epoch, done_target, src, dst, N, chunk,
     PUSH: tl.constexpr, DST_CHUNKED: tl.constexpr,
-    OP: tl.constexpr, ACC_F32: tl.constexpr, IS_FLOAT: tl.constexpr, BLOCK: tl.constexpr,
+    W: tl.constexpr, OP: tl.constexpr, ACC_F32: tl.constexpr, IS_FLOAT: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
     """Reduce chunk ``rank`` (elements [rank*chunk, min((rank+1)*chunk, N))) of src over ranks.
 
@@ -149,17 +151,15 @@ def reduce_kernel(
         local = t * BLOCK + tl.arange(0, BLOCK)
         offs = start + local
         mask = (local < chunk) & (offs < N)
-        acc = _reduce_tile(ctx, src + offs, mask, OP, ACC_F32, IS_FLOAT)
+        acc = _reduce_tile(ctx, src + offs, mask, W, OP, ACC_F32, IS_FLOAT)
         out = _cast_out(acc, dst.dtype.element_ty)
         if DST_CHUNKED:
             where = dst + offs
         else:
             where = dst + local
         if PUSH:
-            j = ctx.rank * 0
-            while j < ctx.world_size:
-                ctx.store(where, out, (ctx.rank + j) % ctx.world_size, mask=mask)
-                j += 1
+            for j in tl.static_range(W):
+                ctx.store(where, out, (ctx.rank + j) % W, mask=mask)
         else:
             tl.store(where, out, mask=mask)
         t += tl.num_programs(0)
@@ -169,9 +169,9 @@ def reduce_kernel(
 @triton.jit
 def gather_kernel(
     context_ptr, entry, exit_flags, counter, epoch, done_target, src, dst,
-    n, total, src_stride, src_offset, dst_stride, first, count, BLOCK: tl.constexpr,
+    n, total, src_stride, src_offset, dst_stride, first, COUNT: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
-    """For ranks r = first, first+1, ... (count of them, mod W):
+    """For ranks r = first, first+1, ... (COUNT of them, mod W; unrolled, so their loads overlap):
     dst[r*dst_stride + i] = rank r's src[r*src_stride + src_offset + i], for i < n and
     r*dst_stride + i < total (all_gather, all_to_all, broadcast and the all-gather half of rs_ag).
     """
@@ -180,12 +180,30 @@ def gather_kernel(
     t = tl.program_id(0)
     while t < tl.cdiv(n, BLOCK):
         offs = t * BLOCK + tl.arange(0, BLOCK)
-        j = ctx.rank * 0
-        while j < count:
+        for j in tl.static_range(COUNT):
             r = (first + j) % ctx.world_size
             mask = (offs < n) & (r * dst_stride + offs < total)
             v = ctx.load(src + r * src_stride + src_offset + offs, r, mask=mask)
             tl.store(dst + r * dst_stride + offs, v, mask=mask)
-            j += 1
+        t += tl.num_programs(0)
+    _leave(ctx, exit_flags, counter, epoch, done_target)
+
+
+@triton.jit
+def push_kernel(
+    context_ptr, entry, exit_flags, counter, epoch, done_target, src, dst, n, dst_offset,
+    W: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
+    """Every rank's dst[dst_offset + i] = this rank's src[i], for i < n (all_gather into heap
+    outputs: each input read once, from local memory, and stored into all W ranks)."""
+    ctx = Context.initialize(context_ptr)
+    _enter(ctx, entry, epoch)
+    t = tl.program_id(0)
+    while t < tl.cdiv(n, BLOCK):
+        offs = t * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        v = tl.load(src + offs, mask=mask)
+        for j in tl.static_range(W):
+            ctx.store(dst + dst_offset + offs, v, (ctx.rank + j) % W, mask=mask)
         t += tl.num_programs(0)
     _leave(ctx, exit_flags, counter, epoch, done_target)

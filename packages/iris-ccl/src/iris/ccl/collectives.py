@@ -24,6 +24,7 @@ _REDUCIBLE = {torch.float16, torch.bfloat16, torch.float32, torch.float64,
               torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8}  # fmt: skip
 _WORDS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}  # data movement needs only the size
 _DEFAULT = Config()
+_MAX_ELEMENTS = 2**31  # kernels index elements (and all_gather's W * n outputs) with int32
 #: all_reduce "auto": per world size, ``(max bytes per rank, variant)`` rows tried in order; the
 #: first row whose bound admits the message wins. From the H200 sweeps (ranks sharing the GPU under
 #: MPS; BENCHMARKS.md): two_shot was fastest at every size measured, 1 KiB .. 64 MiB per rank at
@@ -64,6 +65,11 @@ def _check_tensor(t, name: str, heap) -> None:
         raise ValueError(f"{name} is on {t.device}, but the heap (rank {heap.rank}) is on {heap.device}")
     if not t.is_contiguous():
         raise ValueError(f"{name} must be contiguous (call .contiguous() first); got strides {t.stride()}")
+    if t.numel() >= _MAX_ELEMENTS:
+        raise ValueError(
+            f"{name} has {t.numel()} elements; the collectives index elements with 32-bit integers, so a "
+            f"tensor must have fewer than 2**31 (split it into several collectives)"
+        )
 
 
 def _check_op(op: str, dtype: torch.dtype) -> int:
@@ -95,6 +101,48 @@ def _words(t: torch.Tensor) -> torch.Tensor:
     )
 
 
+#: Programs per multiprocessor that each kernel is launched with, at most (fewer when fewer fit
+#: at once; see ``_resident_per_sm``), shared among the ranks on one GPU. From the H200 sweep with
+#: 4 ranks sharing the GPU (BENCHMARKS.md, 64 MiB .. 1 GiB per rank): the reduction kernels need
+#: many loads in flight (reduce_scatter at 1 GiB: 0.61 of the copy roofline at 1 program per
+#: multiprocessor, 0.86 at 2, 0.97 at 4; two_shot 0.78, 0.93, 0.93), while the gather kernel does
+#: best at 1 (all_gather by pulls 0.82, 0.74, 0.79).
+PROGRAMS_PER_SM = {"one_shot_kernel": 4, "reduce_kernel": 4, "gather_kernel": 1, "push_kernel": 1}
+_RESIDENT: dict[tuple, int] = {}  # (kernel, launch shape, argument dtypes) -> programs per SM that fit
+
+
+def _resident_per_sm(kernel, args, launch: dict, device: torch.device) -> int:
+    """How many programs of this kernel one multiprocessor holds at once (registers, threads, shared memory).
+
+    Every program of every rank on a GPU must be resident together (they wait for one another),
+    so a launch may not ask for more. Compiles the kernel (``warmup``: no launch) the first time a
+    shape is seen; 1 when the compiled kernel or the device does not say.
+    """
+    key = (kernel, tuple(sorted(launch.items())), tuple(a.dtype for a in args if isinstance(a, torch.Tensor)))
+    if key in _RESIDENT:
+        return _RESIDENT[key]
+    fits = 1
+    try:
+        compiled = kernel.warmup(*args, grid=(1,), **launch)
+        compiled._init_handles()
+        regs, shared = int(compiled.n_regs), int(compiled.metadata.shared)
+        props = torch.cuda.get_device_properties(device)
+        threads = 32 * launch["num_warps"]
+        warp_regs = -(-max(regs, 1) * 32 // 256) * 256  # registers are given to warps in 256s
+        limits = [
+            props.regs_per_multiprocessor // (warp_regs * launch["num_warps"]),
+            props.max_threads_per_multi_processor // threads,
+            32,  # resident blocks per multiprocessor
+        ]
+        if shared:
+            limits.append(props.shared_memory_per_multiprocessor // shared)
+        fits = max(1, min(limits))
+    except (AttributeError, TypeError):  # an older torch/triton without these fields: the safe default
+        fits = 1
+    _RESIDENT[key] = fits
+    return fits
+
+
 class _Launch:
     """Launch shape and bookkeeping of one collective call."""
 
@@ -106,29 +154,28 @@ class _Launch:
         self.name = name
         self.k = _kernels(self.cfg.backend)
         self.ws: Workspace = workspace_of(heap)
-        gpu = heap.device.type == "cuda"
-        self.block = self.cfg.block_size or (4096 if gpu else 4096)
-        self.warps = self.cfg.num_warps or (8 if gpu else 4)
-        if gpu:
-            sms = torch.cuda.get_device_properties(heap.device).multi_processor_count
-            # Ranks that share this GPU must all have their programs resident at once (they wait
-            # for each other), so each takes its share of the multiprocessors.
-            self.max_programs = max(1, sms // self.ws.ranks_per_device)
-        else:
-            self.max_programs = 2
+        self.gpu = heap.device.type == "cuda"
+        self.block = self.cfg.block_size or 4096
+        self.warps = self.cfg.num_warps or (8 if self.gpu else 4)
 
-    def programs(self, n: int) -> int:
+    def programs(self, kernel, n: int, args, constexprs) -> int:
         tiles = max(1, -(-n // self.block))
-        return min(tiles, self.cfg.num_programs or self.max_programs)
+        if self.cfg.num_programs:
+            return min(tiles, self.cfg.num_programs)
+        if not self.gpu:
+            return min(tiles, 2)
+        launch = {"BLOCK": self.block, "num_warps": self.warps, **constexprs}
+        per_sm = min(PROGRAMS_PER_SM.get(kernel.__name__, 1), _resident_per_sm(kernel, args, launch, self.heap.device))
+        # Ranks that share this GPU must all have their programs resident at once (they wait
+        # for each other), so each takes its share of the multiprocessors.
+        return min(tiles, max(1, per_sm * self.ws.multiprocessors // self.ws.ranks_per_device))
 
     def run(self, kernel, n: int, *args, **constexprs) -> None:
-        p = self.programs(n)
-        epoch, done = self.ws.next_epoch(p)
         ws = self.ws
-        kernel[(p,)](
-            self.heap.context, ws.entry, ws.exit, ws.counter, epoch, done, *args,
-            BLOCK=self.block, num_warps=self.warps, **constexprs,
-        )  # fmt: skip
+        head = (self.heap.context, ws.entry, ws.exit, ws.counter)
+        p = self.programs(kernel, n, (*head, 2, 2, *args), constexprs)  # epoch, done: typical values
+        epoch, done = ws.next_epoch(p)
+        kernel[(p,)](*head, epoch, done, *args, BLOCK=self.block, num_warps=self.warps, **constexprs)
         if self.cfg.check_errors:
             _raise_timeouts(self.heap, ws, self.name)
 
@@ -179,7 +226,7 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", *, heap=None, config: Conf
     if variant == "auto":
         variant = _auto_variant(heap.world_size, n * tensor.element_size())
     flat = tensor.reshape(-1)
-    flags = {"OP": code, **_reduce_flags(tensor.dtype)}
+    flags = {"OP": code, "W": heap.world_size, **_reduce_flags(tensor.dtype)}
     if n == 0:
         barrier(heap=heap)
         return tensor
@@ -202,14 +249,17 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", *, heap=None, config: Conf
     mid = run.ws.staging("out", flat)
     run.run(run.k.reduce_kernel, chunk, buf, mid, n, chunk, PUSH=False, DST_CHUNKED=True, **flags)
     src, dst = _words(mid), _words(flat)
-    run.run(run.k.gather_kernel, chunk, src, dst, chunk, n, chunk, 0, chunk, heap.rank, heap.world_size)
+    run.run(run.k.gather_kernel, chunk, src, dst, chunk, n, chunk, 0, chunk, heap.rank, COUNT=heap.world_size)
     return tensor
 
 
 def all_gather(out: torch.Tensor, inp: torch.Tensor, *, heap=None, config: Config | None = None) -> torch.Tensor:
     """``out`` = every rank's ``inp`` concatenated along dim 0, in rank order.
 
-    ``out`` has shape ``(W * inp.shape[0], *inp.shape[1:])`` (or ``(W, *inp.shape)``).
+    ``out`` has shape ``(W * inp.shape[0], *inp.shape[1:])`` (or ``(W, *inp.shape)``). With ``out``
+    on the heap every rank stores its ``inp`` (read once, from anywhere on the device) straight
+    into every rank's ``out``; otherwise ``inp`` is staged on the heap (unless it is there) and
+    every rank reads every rank's input into its own ``out``.
     """
     heap = _heap(heap)
     _check_tensor(out, "out", heap)
@@ -223,9 +273,12 @@ def all_gather(out: torch.Tensor, inp: torch.Tensor, *, heap=None, config: Confi
         )
     _check_disjoint(out, inp)
     run = _Launch(heap, config, "all_gather")
-    src = _staged_input(run, heap, inp)
     n = inp.numel()
-    run.run(run.k.gather_kernel, n, _words(src), _words(out), n, w * n, 0, 0, n, heap.rank, w)
+    if _on_heap(heap, out):  # push: read the input once, store it into every rank's out
+        run.run(run.k.push_kernel, n, _words(inp), _words(out), n, heap.rank * n, W=w)
+        return out
+    src = _staged_input(run, heap, inp)  # pull: every rank reads every rank's input
+    run.run(run.k.gather_kernel, n, _words(src), _words(out), n, w * n, 0, 0, n, heap.rank, COUNT=w)
     return out
 
 
@@ -250,7 +303,7 @@ def reduce_scatter(
     run = _Launch(heap, config, "reduce_scatter")
     src = _staged_input(run, heap, inp)
     chunk = out.numel()
-    flags = {"OP": code, **_reduce_flags(inp.dtype)}
+    flags = {"OP": code, "W": w, **_reduce_flags(inp.dtype)}
     run.run(
         run.k.reduce_kernel,
         chunk,
@@ -280,7 +333,7 @@ def all_to_all(out: torch.Tensor, inp: torch.Tensor, *, heap=None, config: Confi
     run = _Launch(heap, config, "all_to_all")
     src = _staged_input(run, heap, inp)
     c = inp.numel() // w
-    run.run(run.k.gather_kernel, c, _words(src), _words(out), c, w * c, 0, heap.rank * c, c, heap.rank, w)
+    run.run(run.k.gather_kernel, c, _words(src), _words(out), c, w * c, 0, heap.rank * c, c, heap.rank, COUNT=w)
     return out
 
 
@@ -301,7 +354,7 @@ def broadcast(tensor: torch.Tensor, src: int, *, heap=None, config: Config | Non
         if heap.rank == src:
             data.copy_(tensor)
     count = 0 if heap.rank == src else 1
-    run.run(run.k.gather_kernel, n, _words(data), _words(tensor), n, n, 0, 0, 0, src, count)
+    run.run(run.k.gather_kernel, n, _words(data), _words(tensor), n, n, 0, 0, 0, src, COUNT=count)
     return tensor
 
 

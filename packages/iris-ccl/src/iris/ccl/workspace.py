@@ -34,6 +34,8 @@ class Workspace:
         self.done = 0
         self._staging: dict[str, torch.Tensor] = {}
         self.ranks_per_device = _ranks_per_device(heap)
+        gpu = heap.device.type == "cuda"
+        self.multiprocessors = torch.cuda.get_device_properties(heap.device).multi_processor_count if gpu else 1
         heap.barrier()  # every rank's flags exist (and are zero) before any rank signals them
 
     def next_epoch(self, programs: int) -> tuple[int, int]:

@@ -14,8 +14,9 @@ Effective traffic summed over W ranks, n = bytes of the per-rank input:
   all_gather      W*n read (each input once) + W*W*n written (every rank's output)
   reduce_scatter  W*n read + W*(n/W) written;  all_to_all W*n + W*n
   all_reduce      W*n read + W*n written;      broadcast n read (the root's) + (W-1)*n written
-An algorithm that reads a peer's data on every rank (this release's all_gather pulls every block
-to every rank: 2*W*n per rank) moves more than this and scores lower by that factor.
+An algorithm that moves more scores lower by that factor. Inputs and outputs live on the heap:
+all_gather then pushes (each input read once and stored into every rank's output, the least
+traffic); into an output off the heap it pulls (every rank reads every input: 2*W*n per rank).
 
 (This was ``packages/iris-ccl/benchmarks/bench_ccl.py``, which now calls this module.)
 """
@@ -169,7 +170,7 @@ def rank_main(args: argparse.Namespace) -> dict:
 
     w, sizes = args.ranks, sorted(set(args.sizes))
     biggest = max(sizes) // 4
-    heap = iris.heap.init(biggest * 4 * (w + 3) + (64 << 20))
+    heap = iris.heap.init(biggest * 4 * (w + 5) + (64 << 20))  # x, out (w x), staging, and room to spare
     try:
         rank, dev = heap.rank, heap.device
         nccl = None
@@ -182,7 +183,7 @@ def rank_main(args: argparse.Namespace) -> dict:
                 n = nbytes // 4
                 copy_bw = copy_roofline(nbytes, dev, args.iters)
                 x = heap.empty(n)
-                out = torch.empty(w * n, device=dev)
+                out = heap.empty(w * n)  # on the heap, as a user after speed keeps it: all_gather pushes
                 part = torch.empty(n // w, device=dev)
                 for name in args.collectives:
                     coll, _, variant = name.partition(":")
@@ -206,6 +207,7 @@ def rank_main(args: argparse.Namespace) -> dict:
                         row["speedup_vs_nccl"] = tn / t
                     rows.append(row)
                     bar.advance()
+                heap.free(out)
                 heap.free(x)
         for nbytes in sorted(set(args.latency_sizes)):  # small-message all_reduce latency
             y = heap.randn(nbytes // 4)

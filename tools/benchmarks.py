@@ -201,6 +201,11 @@ def _machine() -> list[str]:
             ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
         ).stdout.strip()
     )
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    if commit and dirty and not os.environ.get("IRIS_COMMIT"):
+        commit += " with uncommitted changes"  # what ran is not exactly that commit
     lines.append(f"commit: {commit or 'unknown'} | python {platform.python_version()} | host CPUs {os.cpu_count()}")
     return lines
 

@@ -137,8 +137,8 @@ def _resident_per_sm(kernel, args, launch: dict, device: torch.device) -> int:
         if shared:
             limits.append(props.shared_memory_per_multiprocessor // shared)
         fits = max(1, min(limits))
-    except (AttributeError, TypeError):  # an older torch/triton without these fields: the safe default
-        fits = 1
+    except Exception:  # a torch/triton without these fields, or a probe that fails: the safe default
+        fits = 1  # (a kernel that does not compile fails again, with its own error, at the launch)
     _RESIDENT[key] = fits
     return fits
 

@@ -133,14 +133,18 @@ def _expected_source(rank, world_size, op):
     return (rank - 1) % world_size  # copy: rank r-2 moved rank r-1's src here
 
 
-def _time_once(fn, device) -> float:
+def _time_once(fn, device, reps: int) -> float:
+    """Seconds per launch: on a GPU the mean of ``reps`` launches queued back to back behind an
+    untimed one, so the host's launch cost overlaps the kernels instead of adding to them."""
     if device.type == "cuda":
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
         fn()
+        start.record()
+        for _ in range(reps):
+            fn()
         end.record()
         end.synchronize()
-        return start.elapsed_time(end) / 1e3
+        return start.elapsed_time(end) / 1e3 / reps
     t0 = time.perf_counter()
     fn()
     return time.perf_counter() - t0
@@ -174,12 +178,12 @@ def bench_rank(rank, world_size, cfg):
             for case in cases:
                 if cfg["concurrent"]:
                     heap.barrier()
-                    times[case].append(_time_once(launchers[case], heap.device))
+                    times[case].append(_time_once(launchers[case], heap.device, cfg["reps"]))
                     continue
                 for turn in range(world_size):  # one rank at a time; the others wait here
                     heap.barrier()
                     if turn == rank:
-                        times[case].append(_time_once(launchers[case], heap.device))
+                        times[case].append(_time_once(launchers[case], heap.device, cfg["reps"]))
         for case in cases:
             results[(size, *case)] = statistics.median(times[case])
         heap.free(src)
@@ -236,22 +240,26 @@ def main(argv=None) -> int:
     p.add_argument("--warps", type=int, default=8, help="num_warps (default 8)")
     p.add_argument("--iters", type=int, default=20 if gpu else 2, help="timed launches per case")
     p.add_argument("--warmup", type=int, default=3 if gpu else 1)
+    p.add_argument("--reps", type=int, default=5, help="back-to-back launches per timed sample (GPU)")
     p.add_argument("--no-triton", action="store_true", help="skip the iris.mem.triton comparison")
     p.add_argument("--concurrent", action="store_true", help="every rank launches at once (default: in turn)")
     p.add_argument("--csv", help="also write the results to this CSV file")
     args = p.parse_args(argv)
+    for name in ("iters", "reps"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name} must be at least 1, got {getattr(args, name)}")
     for op in args.ops:
         if op not in OPS:
             p.error(f"--ops: {op!r} is not one of {', '.join(OPS)}")
     cfg = dict(sizes=args.sizes, ops=args.ops, dtype=args.dtype, block=args.block, warps=args.warps,
-               iters=args.iters, warmup=args.warmup, no_triton=args.no_triton, concurrent=args.concurrent)  # fmt: skip
+               iters=args.iters, warmup=args.warmup, reps=args.reps, no_triton=args.no_triton, concurrent=args.concurrent)  # fmt: skip
 
     device = torch.cuda.get_device_name(0) if gpu else "CPU ranks (Triton interpreter: a smoke test, not a measurement)"
     with_triton = not args.no_triton
     print(
         f"iris.mem.gluon {img.__version__} RMA bandwidth | {args.ranks} ranks on {device} | MPS {_mps_running() if gpu else 'n/a'}"
     )
-    print(f"triton {triton.__version__} | {args.dtype} | BLOCK {args.block}, {args.warps} warps | median of {args.iters}"
+    print(f"triton {triton.__version__} | {args.dtype} | BLOCK {args.block}, {args.warps} warps | median of {args.iters} samples of {args.reps} back-to-back launches"
           f" | Triton backend: {'iris.mem.triton ' + imt.__version__ if with_triton else 'not compared'}")  # fmt: skip
     mode = "all ranks at once" if args.concurrent else "one rank at a time, the others waiting"
     print(f"bandwidth = bytes read + written; per rank (slowest rank) and summed over ranks; launches: {mode}\n")

@@ -100,8 +100,14 @@ def _sync(device):
         torch.cuda.synchronize(device)
 
 
-def _time_ms(fn, device, iters, warmup):
-    """Median milliseconds of fn()."""
+def _time_ms(fn, device, iters, warmup, reps=1):
+    """Median milliseconds per launch of fn().
+
+    On a GPU each sample is the mean of ``reps`` launches queued back to back behind an untimed
+    one, so the GPU is already busy when the clock starts and the host's launch cost overlaps
+    the kernels instead of adding to them (timing one launch on an idle GPU counts the launch
+    path too: tens of microseconds, a large part of a 64 MiB copy).
+    """
     for _ in range(warmup):
         fn()
     _sync(device)
@@ -109,11 +115,13 @@ def _time_ms(fn, device, iters, warmup):
     for _ in range(iters):
         if device.type == "cuda":
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
             fn()
+            start.record()
+            for _ in range(reps):
+                fn()
             end.record()
             end.synchronize()
-            times.append(start.elapsed_time(end))
+            times.append(start.elapsed_time(end) / reps)
         else:
             t0 = time.perf_counter()
             fn()
@@ -156,7 +164,7 @@ def _measure(rank, world_size, opts, heap):
             cases[f"remote {op}"] = lambda s=s, d=d, n=n, g=grid, op=op: remote_copy_kernel[g](
                 s, d, n, heap.context, OP=op, BLOCK=block, num_warps=warps
             )
-        times = {name: _time_ms(fn, device, iters, warmup) for name, fn in cases.items()}
+        times = {name: _time_ms(fn, device, iters, warmup, opts["reps"]) for name, fn in cases.items()}
         local = times["triton local copy"]
         for name, ms in times.items():
             rows.append({"section": "bandwidth", "op": name, "bytes": size, "ranks": world_size, "ms": ms,
@@ -244,7 +252,8 @@ def report(results, opts, out=sys.stdout):
     name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU (Triton interpreter)"
     print(f"iris.mem.triton RMA benchmark: {len(results)} ranks on {name} ({device}); MPS: {first['mps']}", file=out)
     print(f"triton {triton.__version__}, torch {torch.__version__}, dtype {opts['dtype']}, BLOCK {opts['block']}, "
-          f"num_warps {opts['num_warps']}, {'concurrent ranks' if opts['concurrent'] else 'ranks take turns'}", file=out)  # fmt: skip
+          f"num_warps {opts['num_warps']}, {'concurrent ranks' if opts['concurrent'] else 'ranks take turns'}, "
+          f"bandwidth: median of {opts['iters']} samples of {opts['reps']} back-to-back launches", file=out)  # fmt: skip
     rows = [dict(row, rank=r["rank"]) for r in results if r["rows"] for row in r["rows"]]
     bw = [r for r in rows if r["section"] == "bandwidth"]
     if bw:
@@ -288,6 +297,7 @@ def parse(argv=None):
     p.add_argument("--block", type=int, default=4096 if gpu else 1024)
     p.add_argument("--num-warps", type=int, default=8)
     p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--reps", type=int, default=5, help="back-to-back launches per bandwidth sample (GPU)")
     p.add_argument("--atomic-chain", type=int, default=2000, help="dependent atomics per latency kernel")
     p.add_argument("--atomic-programs", type=int, default=264)
     p.add_argument("--atomic-lanes", type=int, default=1024)
@@ -295,6 +305,9 @@ def parse(argv=None):
     p.add_argument("--all-turns", action="store_true", help="every rank takes a turn (default: rank 0 only)")
     p.add_argument("--csv", default=None, help="write the rows to this CSV file")
     opts = vars(p.parse_args(argv))
+    for name in ("iters", "reps"):
+        if opts[name] < 1:
+            p.error(f"--{name} must be at least 1, got {opts[name]}")
     if opts["sizes"] is None:
         opts["sizes"] = [s * MiB for s in (1, 4, 16, 64, 256, 1024)] if gpu else [64 * 1024, 256 * 1024]
     opts["sizes"] = sorted(opts["sizes"])

@@ -9,7 +9,7 @@
 ...     offs = gl.arange(0, N, layout=layout)
 ...     ctx.put(x_ptr + offs, x_ptr + offs, (ctx.rank + 1) % ctx.world_size)
 
-The same API as ``iris.mem.triton``. Layouts are explicit; :func:`blocked_layout` gives one with
+The device API of DESIGN.md, as the Triton layer has it, for Gluon. Layouts are explicit; :func:`blocked_layout` gives one with
 the target's warp size. Runs compiled on NVIDIA and AMD GPUs, and on CPU ranks under
 ``TRITON_INTERPRET=1`` through :mod:`iris.mem.gluon.interpret` (enabled on import there).
 """

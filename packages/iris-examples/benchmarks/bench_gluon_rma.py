@@ -27,7 +27,6 @@ import csv
 import os
 import statistics
 import sys
-import time
 
 import torch
 
@@ -42,6 +41,7 @@ from triton.experimental.gluon import language as gl  # noqa: E402
 import iris.heap  # noqa: E402
 import iris.mem.gluon as img  # noqa: E402
 import iris.mem.triton as imt  # noqa: E402
+from iris.examples import timing  # noqa: E402
 
 OPS = ("put", "get", "copy")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "int8": torch.int8}
@@ -134,20 +134,10 @@ def _expected_source(rank, world_size, op):
 
 
 def _time_once(fn, device, reps: int) -> float:
-    """Seconds per launch: on a GPU the mean of ``reps`` launches queued back to back behind an
-    untimed one, so the host's launch cost overlaps the kernels instead of adding to them."""
-    if device.type == "cuda":
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        fn()
-        start.record()
-        for _ in range(reps):
-            fn()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1e3 / reps
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
+    """Seconds per launch: on a GPU the median of ``reps`` launches queued back to back behind an
+    untimed one (``timing.bench``), so the host's launch cost overlaps the kernels instead of
+    adding to them."""
+    return timing.bench(fn, iters=reps, warmup=1, device=device)
 
 
 def bench_rank(rank, world_size, cfg):

@@ -5,8 +5,8 @@
 Prints two tables. Allocation: alloc+free pairs of mixed sizes on every rank at once, timed per
 pair, for the allocator alone and for the full path (``heap.empty`` + ``heap.free``, a torch
 tensor made and dropped each time), next to torch's own ``torch.empty`` + drop of the same sizes
-on the same device (the cost of making a tensor at all), with the number of torch.distributed calls made during the
-timed loop (the design target: zero). Init: wall time of ``iris.heap.init`` + ``close``,
+on the same device (the cost of making a tensor at all), with the number of torch.distributed
+calls made during the timed loop (the design target: zero). Init: wall time of ``iris.heap.init`` + ``close``,
 measured in the same rank processes after the allocation run (so not the CUDA context's start-up).
 """
 

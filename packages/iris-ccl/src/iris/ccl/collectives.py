@@ -118,10 +118,9 @@ def _resident_per_sm(kernel, args, launch: dict, device: torch.device) -> int:
     so a launch may not ask for more. Compiles the kernel (``warmup``: no launch) the first time a
     shape is seen; 1 when the compiled kernel or the device does not say.
     """
-    key = (kernel, tuple(sorted(launch.items())), tuple(a.dtype for a in args if isinstance(a, torch.Tensor)))
+    key = (kernel, tuple(launch.items()), tuple(a.dtype for a in args if isinstance(a, torch.Tensor)))
     if key in _RESIDENT:
         return _RESIDENT[key]
-    fits = 1
     try:
         compiled = kernel.warmup(*args, grid=(1,), **launch)
         compiled._init_handles()
@@ -164,8 +163,10 @@ class _Launch:
             return min(tiles, self.cfg.num_programs)
         if not self.gpu:
             return min(tiles, 2)
-        launch = {"BLOCK": self.block, "num_warps": self.warps, **constexprs}
-        per_sm = min(PROGRAMS_PER_SM.get(kernel.__name__, 1), _resident_per_sm(kernel, args, launch, self.heap.device))
+        per_sm = PROGRAMS_PER_SM.get(kernel.__name__, 1)
+        if per_sm > 1:  # one program per multiprocessor always fits; more needs the compiled kernel's size
+            launch = {"BLOCK": self.block, "num_warps": self.warps, **constexprs}
+            per_sm = min(per_sm, _resident_per_sm(kernel, args, launch, self.heap.device))
         # Ranks that share this GPU must all have their programs resident at once (they wait
         # for each other), so each takes its share of the multiprocessors.
         return min(tiles, max(1, per_sm * self.ws.multiprocessors // self.ws.ranks_per_device))

@@ -41,7 +41,7 @@ from triton.experimental.gluon import language as gl  # noqa: E402
 import iris.heap  # noqa: E402
 import iris.mem.gluon as img  # noqa: E402
 import iris.mem.triton as imt  # noqa: E402
-from iris.examples import timing  # noqa: E402
+from iris.heap.testing import time_launches  # noqa: E402
 
 OPS = ("put", "get", "copy")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "int8": torch.int8}
@@ -134,10 +134,10 @@ def _expected_source(rank, world_size, op):
 
 
 def _time_once(fn, device, reps: int) -> float:
-    """Seconds per launch: on a GPU the median of ``reps`` launches queued back to back behind an
-    untimed one (``timing.bench``), so the host's launch cost overlaps the kernels instead of
-    adding to them."""
-    return timing.bench(fn, iters=reps, warmup=1, device=device)
+    """Seconds per launch: on a GPU the device time of ``reps`` launches queued back to back
+    behind a spin (``iris.heap.testing.time_launches``), so neither the host's launch path nor an
+    idle GPU between launches is in the figure; on CPU the wall time of one launch."""
+    return time_launches(fn, reps=reps if device.type == "cuda" else 1, iters=1, warmup=1, device=device)
 
 
 def bench_rank(rank, world_size, cfg):
@@ -249,7 +249,7 @@ def main(argv=None) -> int:
     print(
         f"iris.mem.gluon {img.__version__} RMA bandwidth | {args.ranks} ranks on {device} | MPS {_mps_running() if gpu else 'n/a'}"
     )
-    print(f"triton {triton.__version__} | {args.dtype} | BLOCK {args.block}, {args.warps} warps | median of {args.iters} samples of {args.reps} back-to-back launches"
+    print(f"triton {triton.__version__} | {args.dtype} | BLOCK {args.block}, {args.warps} warps | median of {args.iters} samples, each {args.reps} launches queued back to back behind a spin (device time)"
           f" | Triton backend: {'iris.mem.triton ' + imt.__version__ if with_triton else 'not compared'}")  # fmt: skip
     mode = "all ranks at once" if args.concurrent else "one rank at a time, the others waiting"
     print(f"bandwidth = bytes read + written; per rank (slowest rank) and summed over ranks; launches: {mode}\n")

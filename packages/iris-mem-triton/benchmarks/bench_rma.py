@@ -14,9 +14,7 @@ read plus the bytes written.
 import argparse
 import csv
 import os
-import statistics
 import sys
-import time
 
 import torch
 
@@ -27,6 +25,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 import iris.heap  # noqa: E402
+from iris.heap.testing import time_launches  # noqa: E402
 from iris.mem.triton import Context  # noqa: E402
 
 MiB = 1 << 20
@@ -95,38 +94,12 @@ def atomic_throughput_kernel(counters, context_ptr, REPS: tl.constexpr, LANES: t
 # -- measurement -----------------------------------------------------------------------------------
 
 
-def _sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _time_ms(fn, device, iters, warmup, reps=1):
-    """Median milliseconds per launch of fn().
-
-    On a GPU each sample is the mean of ``reps`` launches queued back to back behind an untimed
-    one, so the GPU is already busy when the clock starts and the host's launch cost overlaps
-    the kernels instead of adding to them (timing one launch on an idle GPU counts the launch
-    path too: tens of microseconds, a large part of a 64 MiB copy).
-    """
-    for _ in range(warmup):
-        fn()
-    _sync(device)
-    times = []
-    for _ in range(iters):
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            fn()
-            start.record()
-            for _ in range(reps):
-                fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / reps)
-        else:
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+    """Median milliseconds per launch of fn(): on a GPU the device time of ``reps`` launches
+    queued back to back (``iris.heap.testing.time_launches``), so neither the host's launch path
+    nor an idle GPU between launches is counted; on CPU the wall time of one launch."""
+    gpu = device.type == "cuda"
+    return 1e3 * time_launches(fn, reps=reps if gpu else 1, iters=iters, warmup=warmup, device=device)
 
 
 def _mps_state(device):
@@ -138,16 +111,25 @@ def _mps_state(device):
     return "not detected (unknown: no MPS control pipe found)"
 
 
-def _measure(rank, world_size, opts, heap):
+def _buffers(rank, heap, opts):
+    """src (this rank's rank + 1 everywhere), dst and the atomic counters: every rank makes them,
+    so the heaps stay symmetric and the memory a measuring rank reaches on a peer is that peer's
+    live, written tensor."""
+    dtype = getattr(torch, opts["dtype"])
+    n = opts["sizes"][-1] // torch.empty((), dtype=dtype).element_size()
+    src = heap.full((n,), rank + 1, dtype=dtype)
+    dst = heap.zeros(n, dtype=dtype)
+    counters = heap.zeros(opts["atomic_programs"] * opts["atomic_lanes"], dtype=torch.int32)
+    return src, dst, counters
+
+
+def _measure(rank, world_size, opts, heap, src, dst, counters):
     """This rank's rows (run while the other ranks wait, unless --concurrent)."""
     device, dtype = heap.device, getattr(torch, opts["dtype"])
     elem = torch.empty((), dtype=dtype).element_size()
     block, warps = opts["block"], opts["num_warps"]
     gpu = device.type == "cuda"
     rows = []
-    src = heap.empty(opts["sizes"][-1] // elem, dtype=dtype)
-    dst = heap.empty(opts["sizes"][-1] // elem, dtype=dtype)
-    src.fill_(1)
     for size in opts["sizes"]:
         n = size // elem
         s, d = src[:n], dst[:n]
@@ -169,9 +151,6 @@ def _measure(rank, world_size, opts, heap):
         for name, ms in times.items():
             rows.append({"section": "bandwidth", "op": name, "bytes": size, "ranks": world_size, "ms": ms,
                          "GBps": 2 * size / (ms * 1e-3) / 1e9, "ratio_vs_local": local / ms})  # fmt: skip
-    heap.free(src), heap.free(dst)
-
-    counters = heap.zeros(opts["atomic_programs"] * opts["atomic_lanes"], dtype=torch.int32)
     k = opts["atomic_chain"] if gpu else 20
     for op, sem in (("add", "relaxed"), ("add", "acq_rel"), ("cas", "acq_rel")):
         chain = lambda op=op, sem=sem: atomic_chain_kernel[(1,)](counters, heap.context, k, OP=op, SEM=sem)  # noqa: E731
@@ -199,40 +178,29 @@ def _measure(rank, world_size, opts, heap):
             ops = programs * lanes * reps
             rows.append({"section": "atomic throughput", "op": f"atomic_add {'one word' if contended else 'distinct words'} sem={sem}",
                          "ranks": world_size, "ms": ms, "ops_per_s": ops / (ms * 1e-3)})  # fmt: skip
-    heap.free(counters)
     return rows
 
 
 def bench(rank, world_size, opts):
     heap = iris.heap.init(opts["heap_size"])
     try:
+        buffers = _buffers(rank, heap, opts)
         rows = None
         if opts["concurrent"]:
             heap.barrier()
-            rows = _measure(rank, world_size, opts, heap)
+            rows = _measure(rank, world_size, opts, heap, *buffers)
             heap.barrier()
-        else:
-            # every rank allocates the same blocks in the same order, but only one measures at a time
+        else:  # only one rank measures at a time; the others hold their buffers and wait
             for turn in range(world_size if opts["all_turns"] else 1):
                 heap.barrier()
                 if rank == turn:
-                    rows = _measure(rank, world_size, opts, heap)
-                else:
-                    _allocate_like_measure(heap, opts)
+                    rows = _measure(rank, world_size, opts, heap, *buffers)
                 heap.barrier()
+        for t in buffers:
+            heap.free(t)
         return {"rank": rank, "device": str(heap.device), "mps": _mps_state(heap.device), "rows": rows}
     finally:
         heap.close()
-
-
-def _allocate_like_measure(heap, opts):
-    """The allocations _measure makes, so that the heaps stay symmetric while one rank measures."""
-    dtype = getattr(torch, opts["dtype"])
-    elem = torch.empty((), dtype=dtype).element_size()
-    a = heap.empty(opts["sizes"][-1] // elem, dtype=dtype)
-    b = heap.empty(opts["sizes"][-1] // elem, dtype=dtype)
-    heap.free(a), heap.free(b)
-    heap.free(heap.zeros(opts["atomic_programs"] * opts["atomic_lanes"], dtype=torch.int32))
 
 
 def _rank_main(rank, world_size, opts):
@@ -253,7 +221,7 @@ def report(results, opts, out=sys.stdout):
     print(f"iris.mem.triton RMA benchmark: {len(results)} ranks on {name} ({device}); MPS: {first['mps']}", file=out)
     print(f"triton {triton.__version__}, torch {torch.__version__}, dtype {opts['dtype']}, BLOCK {opts['block']}, "
           f"num_warps {opts['num_warps']}, {'concurrent ranks' if opts['concurrent'] else 'ranks take turns'}, "
-          f"bandwidth: median of {opts['iters']} samples of {opts['reps']} back-to-back launches", file=out)  # fmt: skip
+          f"bandwidth: median of {opts['iters']} samples, each {opts['reps']} launches queued back to back behind a spin (device time)", file=out)  # fmt: skip
     rows = [dict(row, rank=r["rank"]) for r in results if r["rows"] for row in r["rows"]]
     bw = [r for r in rows if r["section"] == "bandwidth"]
     if bw:

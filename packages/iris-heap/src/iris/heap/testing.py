@@ -8,6 +8,9 @@ A :class:`World` keeps its processes (and their imported modules and process gro
 calls, so a test suite pays the few seconds of process start-up once per world size, not once
 per test. A world whose call failed is torn down and started afresh on its next call, so a
 rank stuck in a collective never leaks into the next test.
+
+:func:`time_launches` is the one timer the layers' benchmarks share: the device time of kernel
+launches queued back to back, without the host's launch path in the figure.
 """
 
 from __future__ import annotations
@@ -18,10 +21,11 @@ import pickle
 import queue
 import signal
 import socket
+import statistics
 import time
 import traceback
 
-__all__ = ["run", "World", "WorldPool", "RankFailedError", "RemoteTraceback"]
+__all__ = ["run", "World", "WorldPool", "RankFailedError", "RemoteTraceback", "time_launches"]
 
 DEFAULT_TIMEOUT = float(os.environ.get("IRIS_TEST_TIMEOUT", 900))
 _GRACE = 5.0  # seconds the other ranks get to report once one rank has failed
@@ -228,3 +232,84 @@ def _rebuild(rank: int, world_size: int, blob, tb: str) -> BaseException:
             exc.add_note(where)
         return exc
     return RankFailedError(f"{where}:\n{tb}")
+
+
+# -- timing ------------------------------------------------------------------------------------------
+
+_spin_cycles_per_s: dict = {}
+
+
+def _spin_rate(torch, device) -> float:
+    """Cycles per second of ``torch.cuda._sleep`` on ``device`` (measured once per process)."""
+    if device not in _spin_cycles_per_s:
+        cycles = 2_000_000
+        torch.cuda._sleep(cycles)  # first launch loads the kernel
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+        _spin_cycles_per_s[device] = cycles / (start.elapsed_time(end) * 1e-3)
+    return _spin_cycles_per_s[device]
+
+
+def time_launches(fn, *, reps: int = 5, iters: int = 10, warmup: int = 1, device=None) -> float:
+    """Median seconds per call of ``fn()``: device time of ``reps`` calls queued back to back.
+
+    On a CUDA device each of the ``iters`` samples first queues a spinning kernel long enough for
+    the host to enqueue all ``reps`` calls behind it, then times those calls with CUDA events: the
+    GPU runs them back to back, so the figure is what the kernels take, not how fast the host can
+    launch them (a Triton launch costs tens of microseconds of host time, more than a 64 MiB copy
+    takes on an H200). A sample whose spin ran out before the last call was queued is dropped and
+    the spin doubled. The calls must not synchronize with the host. ``device`` picks the clock
+    (CUDA events or ``perf_counter``); left out, CUDA when this process has initialized CUDA. On
+    CPU each sample is the wall time of ``reps`` calls.
+    """
+    import torch
+
+    for name, value, least in (("reps", reps, 1), ("iters", iters, 1), ("warmup", warmup, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
+    if device is None:
+        cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+        device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    for _ in range(warmup):
+        fn()
+    samples = []
+    if device.type != "cuda":
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                fn()
+            samples.append((time.perf_counter() - t0) / reps)
+        return statistics.median(samples)
+    with torch.cuda.device(device):
+        torch.cuda.synchronize()
+        rate = _spin_rate(torch, device)
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        spin = 2 * (time.perf_counter() - t0) + 1e-4  # seconds: twice what queueing took, and then some
+        torch.cuda.synchronize()
+        while len(samples) < iters:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(int(spin * rate))
+            start.record()
+            for _ in range(reps):
+                fn()
+            end.record()
+            covered = not start.query()  # the spin still runs: every call was queued before any ran
+            end.synchronize()
+            if covered:
+                samples.append(start.elapsed_time(end) * 1e-3 / reps)
+                continue
+            if spin > 1.0:
+                raise RuntimeError(
+                    f"time_launches: the host could not queue {reps} calls within a {spin:.1f} s spin "
+                    "(does fn synchronize with the host?)"
+                )
+            spin *= 2
+    return statistics.median(samples)

@@ -91,3 +91,53 @@ def test_same_sequence_gives_same_offsets_and_accounting_is_exact():
     assert free + a1.used == a1.size
     blocks = a1.free_blocks()
     assert all(o1 + n1 < o2 for (o1, n1), (o2, _) in zip(blocks, blocks[1:])), "free blocks must be coalesced"
+
+
+def _reference_first_fit(size, ops):
+    """The same policy written the slow, obvious way: a sorted list of free (start, end) ranges."""
+    free, used, out = [(0, size)], {}, []
+    for op, arg in ops:
+        if op == "alloc":
+            length = max(256, -(-arg // 256) * 256)
+            for i, (s, e) in enumerate(free):
+                if e - s >= length:
+                    free[i : i + 1] = [(s + length, e)] if e - s > length else []
+                    used[s] = length
+                    out.append(s)
+                    break
+            else:
+                out.append(None)
+        else:
+            s = arg
+            free.append((s, s + used.pop(s)))
+            free.sort()
+            merged = [free[0]]
+            for a, b in free[1:]:
+                if merged[-1][1] == a:
+                    merged[-1] = (merged[-1][0], b)
+                else:
+                    merged.append((a, b))
+            free = merged
+            out.append([(a, b - a) for a, b in free])
+    return out
+
+
+def test_matches_a_plain_first_fit_with_coalescing_after_every_call():
+    rng = random.Random(7)
+    size = 1 << 20
+    a, live, ops, got = BlockAllocator(size), [], [], []
+    for _ in range(4000):
+        if live and rng.random() < 0.5:
+            offset = live.pop(rng.randrange(len(live)))
+            ops.append(("free", offset))
+            a.release(offset)
+            got.append(a.free_blocks())
+        else:
+            n = rng.choice([0, 1, 255, 256, 257, 1000, 4096, 30_000, 100_000])
+            ops.append(("alloc", n))
+            offset = a.allocate(n)
+            got.append(offset)
+            if offset is not None:
+                live.append(offset)
+    assert got == _reference_first_fit(size, ops)
+    assert sum(n for _, n in a.free_blocks()) == size - a.used

@@ -41,23 +41,25 @@ class BlockAllocator:
 
     def allocate(self, nbytes: int) -> int | None:
         """Reserve a block for ``nbytes``; its offset, or ``None`` when no free block is large enough."""
-        length = self.round_up(nbytes)
-        free = self._free
-        for i, start in enumerate(self._starts):
+        mask = self.alignment - 1
+        length = (nbytes + mask) & ~mask or self.alignment
+        free, starts = self._free, self._starts
+        i = 0
+        for start in starts:  # first fit: the lowest free block that is large enough
             have = free[start]
             if have >= length:
                 del free[start]
                 if have == length:
-                    del self._starts[i]
+                    del starts[i]
                 else:
-                    rest = start + length
-                    self._starts[i] = rest
+                    starts[i] = rest = start + length
                     free[rest] = have - length
                 self._used_blocks[start] = length
-                self.used += length
-                if self.used > self.peak:
-                    self.peak = self.used
+                self.used = used = self.used + length
+                if used > self.peak:
+                    self.peak = used
                 return start
+            i += 1
         return None
 
     def release(self, offset: int) -> int:
@@ -66,17 +68,26 @@ class BlockAllocator:
         self.used -= length
         starts, free = self._starts, self._free
         i = bisect.bisect_left(starts, offset)
-        start, end = offset, offset + length
-        if i < len(starts) and starts[i] == end:  # merge with the next free block
-            end += free.pop(end)
-            del starts[i]
+        end = offset + length
+        nxt = free.pop(end, None)
+        if nxt is not None:  # merge with the next free block (it starts at starts[i])
+            end += nxt
+            if i > 0:
+                prev = starts[i - 1]
+                if prev + free[prev] == offset:  # and with the previous one
+                    free[prev] = end - prev
+                    del starts[i]
+                    return length
+            starts[i] = offset
+            free[offset] = end - offset
+            return length
         if i > 0:
             prev = starts[i - 1]
-            if prev + free[prev] == start:  # merge with the previous free block
+            if prev + free[prev] == offset:  # merge with the previous free block
                 free[prev] = end - prev
                 return length
-        starts.insert(i, start)
-        free[start] = end - start
+        starts.insert(i, offset)
+        free[offset] = length
         return length
 
     def length(self, offset: int) -> int | None:

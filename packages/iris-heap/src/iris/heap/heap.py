@@ -138,17 +138,17 @@ class SymmetricHeap(TensorFactories):
 
     # -- allocation -------------------------------------------------------------------------
     def _allocate(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-        self._check_open()
-        numel = math.prod(shape)
+        if self._closed:
+            self._check_open()
+        numel = shape[0] if len(shape) == 1 else math.prod(shape)
         nbytes = numel * dtype.itemsize
-        held = max(nbytes, dtype.itemsize)  # an empty tensor still owns a block of its own
-        offset = self._alloc.allocate(held)
+        offset = self._alloc.allocate(nbytes or dtype.itemsize)  # an empty tensor still owns a block
         if offset is None:
             raise self._exhausted(nbytes, shape, dtype)
         if numel:
             t, owner = self._transport.view(self.rank, offset, nbytes, dtype, shape)
         else:
-            flat, owner = self._transport.view(self.rank, offset, held, dtype)
+            flat, owner = self._transport.view(self.rank, offset, dtype.itemsize, dtype)
             t = flat[:0].view(shape)
         self._blocks[offset] = (weakref.ref(owner), nbytes, dtype, shape)
         return t
@@ -198,6 +198,14 @@ class SymmetricHeap(TensorFactories):
         Every rank must free the same tensors in the same order (as it allocated them). ``t``
         and every view of its storage must not be used afterwards.
         """
+        try:  # the common case first: a live block of this heap (its storage starts at a block)
+            offset = t.untyped_storage().data_ptr() - self._base
+            if offset in self._blocks and not self._closed and t.device == self.device:
+                del self._blocks[offset]
+                self._alloc.release(offset)
+                return
+        except AttributeError:
+            pass  # not a tensor: _block_of says so
         offset = self._block_of(t, "free")
         if offset not in self._blocks:
             raise DoubleFreeError(

@@ -16,6 +16,11 @@ from triton.experimental.gluon import language as gl
 import iris.mem.gluon as img
 from iris.mem.gluon import Context
 
+#: Launch arguments that change on every call (the epoch, the cumulative programs-done target):
+#: not specialized on, or each new value class (==1, divisible by 16) would compile a variant
+#: mid-run (a compile costs the host hundreds of milliseconds, seen in a timed loop on the H200).
+_COUNTERS = ("epoch", "done_target")
+
 __all__ = ["barrier_kernel", "one_shot_kernel", "reduce_kernel", "gather_kernel", "push_kernel"]
 
 #: Bytes one thread moves per vector access (as ``iris.mem.gluon.blocked_layout``).
@@ -128,14 +133,14 @@ def _cast_out(acc, out_dtype: gl.constexpr):
     return out
 
 
-@gluon.jit
+@gluon.jit(do_not_specialize=("epoch",))
 def barrier_kernel(context_ptr, entry, epoch):
     ctx = Context.initialize(context_ptr)
     _arrive(ctx, entry, epoch)
     _await_all(ctx, entry, epoch)
 
 
-@gluon.jit
+@gluon.jit(do_not_specialize=_COUNTERS)
 def one_shot_kernel(
     context_ptr, entry, exit_flags, counter, epoch, done_target, src, dst, N,
     W: gl.constexpr, OP: gl.constexpr, ACC_F32: gl.constexpr, IS_FLOAT: gl.constexpr, BLOCK: gl.constexpr,
@@ -154,7 +159,7 @@ def one_shot_kernel(
     _leave(ctx, exit_flags, counter, epoch, done_target)
 
 
-@gluon.jit
+@gluon.jit(do_not_specialize=_COUNTERS)
 def reduce_kernel(
     context_ptr, entry, exit_flags, counter, epoch, done_target, src, dst, N, chunk,
     PUSH: gl.constexpr, DST_CHUNKED: gl.constexpr,
@@ -190,7 +195,7 @@ def reduce_kernel(
     _leave(ctx, exit_flags, counter, epoch, done_target)
 
 
-@gluon.jit
+@gluon.jit(do_not_specialize=_COUNTERS)
 def gather_kernel(
     context_ptr, entry, exit_flags, counter, epoch, done_target, src, dst,
     n, total, src_stride, src_offset, dst_stride, first, COUNT: gl.constexpr, BLOCK: gl.constexpr,
@@ -214,7 +219,7 @@ def gather_kernel(
     _leave(ctx, exit_flags, counter, epoch, done_target)
 
 
-@gluon.jit
+@gluon.jit(do_not_specialize=_COUNTERS)
 def push_kernel(
     context_ptr, entry, exit_flags, counter, epoch, done_target, src, dst, n, dst_offset,
     W: gl.constexpr, BLOCK: gl.constexpr,

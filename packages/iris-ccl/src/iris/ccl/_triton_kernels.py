@@ -21,6 +21,11 @@ import triton.language as tl
 
 from iris.mem.triton import Context
 
+#: Launch arguments that change on every call (the epoch, the cumulative programs-done target):
+#: not specialized on, or each new value class (==1, divisible by 16) would compile a variant
+#: mid-run (a compile costs the host hundreds of milliseconds, seen in a timed loop on the H200).
+_COUNTERS = ("epoch", "done_target")
+
 __all__ = ["barrier_kernel", "one_shot_kernel", "reduce_kernel", "gather_kernel", "push_kernel"]
 
 
@@ -106,14 +111,14 @@ def _cast_out(acc, out_dtype: tl.constexpr):
     return out
 
 
-@triton.jit
+@triton.jit(do_not_specialize=("epoch",))
 def barrier_kernel(context_ptr, entry, epoch):
     ctx = Context.initialize(context_ptr)
     _arrive(ctx, entry, epoch)
     _await_all(ctx, entry, epoch)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=_COUNTERS)
 def one_shot_kernel(
     context_ptr, entry, exit_flags, counter, epoch, done_target, src, dst, N,
     W: tl.constexpr, OP: tl.constexpr, ACC_F32: tl.constexpr, IS_FLOAT: tl.constexpr, BLOCK: tl.constexpr,
@@ -131,7 +136,7 @@ def one_shot_kernel(
     _leave(ctx, exit_flags, counter, epoch, done_target)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=_COUNTERS)
 def reduce_kernel(
     context_ptr, entry, exit_flags, counter, epoch, done_target, src, dst, N, chunk,
     PUSH: tl.constexpr, DST_CHUNKED: tl.constexpr,
@@ -166,7 +171,7 @@ def reduce_kernel(
     _leave(ctx, exit_flags, counter, epoch, done_target)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=_COUNTERS)
 def gather_kernel(
     context_ptr, entry, exit_flags, counter, epoch, done_target, src, dst,
     n, total, src_stride, src_offset, dst_stride, first, COUNT: tl.constexpr, BLOCK: tl.constexpr,
@@ -189,7 +194,7 @@ def gather_kernel(
     _leave(ctx, exit_flags, counter, epoch, done_target)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=_COUNTERS)
 def push_kernel(
     context_ptr, entry, exit_flags, counter, epoch, done_target, src, dst, n, dst_offset,
     W: tl.constexpr, BLOCK: tl.constexpr,

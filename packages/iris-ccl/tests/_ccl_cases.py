@@ -278,3 +278,41 @@ def unchecked_barrier(rank, world_size, backend):
     ccl.reset()
     heap.wait_timeout = 60.0
     ccl.barrier(config=ccl.Config(backend=backend))  # checked, and every rank arrives
+
+
+def direct_launch(rank, world_size, backend):
+    """GPU: after the first call of a shape, kernels launch without the JIT (``iris.ccl._launch``);
+    a tensor whose address is not 16-byte aligned gets a kernel of its own (Triton specializes on
+    alignment), and the results equal torch's and the JIT path's."""
+    from iris.ccl import _launch, collectives
+
+    heap = iris.heap.init(1 << 24)
+    w, dev = world_size, heap.device
+    cfg = ccl.Config(backend=backend)
+    chunks = [make(r, (w * 1000,), torch.float32, 99) for r in range(w)]
+    want = reference_reduce([c.chunk(w)[rank] for c in chunks], "sum")
+    inp = heap.as_symmetric(chunks[rank])
+    backing = torch.empty(1001, device=dev)
+    outs = {"aligned": backing[:1000], "misaligned": backing[1:]}  # 4 bytes off: not a multiple of 16
+    assert outs["misaligned"].data_ptr() % 16 and not outs["aligned"].data_ptr() % 16
+    for _ in range(3):  # first round compiles and caches; later rounds hit the cache
+        for name, out in outs.items():
+            out.fill_(float("nan"))
+            ccl.reduce_scatter(out, inp, config=cfg)
+            _check(out, want, f"reduce_scatter into a {name} out")
+    kernel = collectives._kernels(backend).reduce_kernel
+    assert kernel not in _launch._unsupported, "the direct launch turned itself off"
+    keys = [k for k in _launch._compiled if k[0] is kernel]
+    assert len(keys) >= 2, f"expected a cached kernel per alignment, got {len(keys)}"
+    x = heap.as_symmetric(make(rank, (4099,), torch.bfloat16, 5))
+    results = []
+    for direct in (True, False):
+        collectives.DIRECT_LAUNCH = direct
+        y = heap.as_symmetric(x)
+        for _ in range(5):
+            ccl.all_reduce(y, op="avg", config=ccl.Config(backend=backend, check_errors=False))
+        ccl.barrier()
+        results.append(y.cpu())
+    collectives.DIRECT_LAUNCH = True
+    assert torch.equal(results[0], results[1]), "direct and JIT launches disagree"
+    return True

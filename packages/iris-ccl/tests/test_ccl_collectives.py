@@ -28,3 +28,9 @@ def test_a_rank_that_skips_a_collective_times_out_the_others(world, backend, wor
 
 def test_an_unchecked_barrier_leaves_a_timeout_for_the_next_check(world, backend):
     world.run(_ccl_cases.unchecked_barrier, 2, backend)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("world_size", [2])
+def test_direct_launch_matches_the_jit_and_respects_alignment(world, backend, world_size):
+    assert world.run(_ccl_cases.direct_launch, world_size, backend) == [True] * world_size

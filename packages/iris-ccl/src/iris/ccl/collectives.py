@@ -7,12 +7,14 @@ signatures); everything here is host code written once.
 from __future__ import annotations
 
 import importlib
+import os
 
 import torch
 
 import iris.heap
 from iris.heap import WaitTimeoutError
 
+from . import _launch
 from .config import Config
 from .errors import CollectiveTimeoutError
 from .workspace import Workspace, workspace_of
@@ -101,6 +103,11 @@ def _words(t: torch.Tensor) -> torch.Tensor:
     )
 
 
+#: Launch compiled kernels directly after the first call of each argument shape (``_launch``):
+#: the JIT's own dispatch costs the host more than a small collective takes on the GPU. Set the
+#: environment variable ``IRIS_CCL_DIRECT_LAUNCH=0`` to launch every call through the JIT.
+DIRECT_LAUNCH = os.environ.get("IRIS_CCL_DIRECT_LAUNCH", "1") != "0"
+
 #: Programs per multiprocessor that each kernel is launched with, at most (fewer when fewer fit
 #: at once; see ``_resident_per_sm``), shared among the ranks on one GPU. From the H200 sweep with
 #: 4 ranks sharing the GPU (BENCHMARKS.md, 64 MiB .. 1 GiB per rank): the reduction kernels need
@@ -176,7 +183,10 @@ class _Launch:
         head = (self.heap.context, ws.entry, ws.exit, ws.counter)
         p = self.programs(kernel, n, (*head, 2, 2, *args), constexprs)  # epoch, done: typical values
         epoch, done = ws.next_epoch(p)
-        kernel[(p,)](*head, epoch, done, *args, BLOCK=self.block, num_warps=self.warps, **constexprs)
+        if self.gpu and DIRECT_LAUNCH:
+            _launch.launch(kernel, (p,), (*head, epoch, done, *args), {"BLOCK": self.block, **constexprs}, self.warps)
+        else:
+            kernel[(p,)](*head, epoch, done, *args, BLOCK=self.block, num_warps=self.warps, **constexprs)
         if self.cfg.check_errors:
             _raise_timeouts(self.heap, ws, self.name)
 

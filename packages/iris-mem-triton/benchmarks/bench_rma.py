@@ -35,19 +35,29 @@ MiB = 1 << 20
 
 
 @triton.jit
-def local_copy_kernel(src, dst, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+def _offsets(BLOCK: tl.constexpr, WIDE: tl.constexpr):
+    """This program's element offsets, in int64 (``--index int64``) or int32 arithmetic."""
+    if WIDE:
+        offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    else:
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    return offs
+
+
+@triton.jit
+def local_copy_kernel(src, dst, n, BLOCK: tl.constexpr, WIDE: tl.constexpr):
+    offs = _offsets(BLOCK, WIDE)
     mask = offs < n
     tl.store(dst + offs, tl.load(src + offs, mask=mask), mask=mask)
 
 
 @triton.jit
-def remote_copy_kernel(src, dst, n, context_ptr, OP: tl.constexpr, BLOCK: tl.constexpr):
+def remote_copy_kernel(src, dst, n, context_ptr, OP: tl.constexpr, BLOCK: tl.constexpr, WIDE: tl.constexpr):
     """OP: load (peer src -> local dst by ctx.load), store (local -> peer by ctx.store), get, put,
     copy (peer src -> other peer's dst; with 2 ranks both are the one peer)."""
     ctx = Context.initialize(context_ptr)
     peer = (ctx.rank + 1) % ctx.world_size
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    offs = _offsets(BLOCK, WIDE)
     mask = offs < n
     if OP == "load":
         tl.store(dst + offs, ctx.load(src + offs, peer, mask=mask), mask=mask)
@@ -127,7 +137,7 @@ def _measure(rank, world_size, opts, heap, src, dst, counters):
     """This rank's rows (run while the other ranks wait, unless --concurrent)."""
     device, dtype = heap.device, getattr(torch, opts["dtype"])
     elem = torch.empty((), dtype=dtype).element_size()
-    block, warps = opts["block"], opts["num_warps"]
+    block, warps, wide = opts["block"], opts["num_warps"], opts["index"] == "int64"
     gpu = device.type == "cuda"
     rows = []
     for size in opts["sizes"]:
@@ -139,12 +149,12 @@ def _measure(rank, world_size, opts, heap, src, dst, counters):
         cases = {
             "torch copy_": lambda s=s, d=d: d.copy_(s),
             "triton local copy": lambda s=s, d=d, n=n, g=grid: local_copy_kernel[g](
-                s, d, n, BLOCK=block, num_warps=warps
+                s, d, n, BLOCK=block, WIDE=wide, num_warps=warps
             ),
         }
         for op in ("load", "store", "get", "put", "copy"):
             cases[f"remote {op}"] = lambda s=s, d=d, n=n, g=grid, op=op: remote_copy_kernel[g](
-                s, d, n, heap.context, OP=op, BLOCK=block, num_warps=warps
+                s, d, n, heap.context, OP=op, BLOCK=block, WIDE=wide, num_warps=warps
             )
         times = {name: _time_ms(fn, device, iters, warmup, opts["reps"]) for name, fn in cases.items()}
         local = times["triton local copy"]
@@ -220,7 +230,7 @@ def report(results, opts, out=sys.stdout):
     name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU (Triton interpreter)"
     print(f"iris.mem.triton RMA benchmark: {len(results)} ranks on {name} ({device}); MPS: {first['mps']}", file=out)
     print(f"triton {triton.__version__}, torch {torch.__version__}, dtype {opts['dtype']}, BLOCK {opts['block']}, "
-          f"num_warps {opts['num_warps']}, {'concurrent ranks' if opts['concurrent'] else 'ranks take turns'}, "
+          f"num_warps {opts['num_warps']}, {opts['index']} offsets, {'concurrent ranks' if opts['concurrent'] else 'ranks take turns'}, "
           f"bandwidth: median of {opts['iters']} samples, each {opts['reps']} launches queued back to back behind a spin (device time)", file=out)  # fmt: skip
     rows = [dict(row, rank=r["rank"]) for r in results if r["rows"] for row in r["rows"]]
     bw = [r for r in rows if r["section"] == "bandwidth"]
@@ -264,6 +274,8 @@ def parse(argv=None):
     p.add_argument("--dtype", default="float32")
     p.add_argument("--block", type=int, default=4096 if gpu else 1024)
     p.add_argument("--num-warps", type=int, default=8)
+    p.add_argument("--index", choices=("int32", "int64"), default="int32",
+                   help="offset arithmetic of the copy kernels (int32 reaches 2**31 elements)")  # fmt: skip
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--reps", type=int, default=5, help="back-to-back launches per bandwidth sample (GPU)")
     p.add_argument("--atomic-chain", type=int, default=2000, help="dependent atomics per latency kernel")
@@ -279,6 +291,9 @@ def parse(argv=None):
     if opts["sizes"] is None:
         opts["sizes"] = [s * MiB for s in (1, 4, 16, 64, 256, 1024)] if gpu else [64 * 1024, 256 * 1024]
     opts["sizes"] = sorted(opts["sizes"])
+    elem = torch.empty((), dtype=getattr(torch, opts["dtype"])).element_size()
+    if opts["index"] == "int32" and opts["sizes"][-1] // elem + opts["block"] > 2**31:
+        p.error(f"--index int32 reaches 2**31 elements; {opts['sizes'][-1]} bytes needs --index int64")
     opts["heap_size"] = 2 * opts["sizes"][-1] + 4 * opts["atomic_programs"] * opts["atomic_lanes"] + 64 * MiB
     return opts
 

@@ -27,12 +27,19 @@ _unsupported: set = set()  # kernels that always take the JIT path
 _INT32 = range(-(2**31), 2**31)
 
 
-def _shape(v):
-    if isinstance(v, torch.Tensor):
-        return v.dtype, v.data_ptr() % 16 == 0
-    if type(v) is int:
-        return v == 1, v % 16 == 0, v in _INT32
-    raise TypeError(type(v).__name__)  # anything else: no shortcut
+def _shape(args: tuple) -> tuple:
+    """Per argument: a tensor's dtype and 16-byte alignment, an int's ``== 1`` / ``% 16 == 0`` /
+    32-bit range; ``TypeError`` for anything else (no shortcut)."""
+    key = []
+    for v in args:
+        if type(v) is int:
+            key.append((v == 1, v % 16 == 0, v in _INT32))
+        elif isinstance(v, torch.Tensor):
+            key.append(v.dtype)
+            key.append(v.data_ptr() % 16 == 0)
+        else:
+            raise TypeError(type(v).__name__)
+    return tuple(key)
 
 
 def _constexpr_tail(kernel, nargs: int, constexprs: dict):
@@ -64,7 +71,7 @@ def launch(kernel, grid: tuple[int, ...], args: tuple, constexprs: dict, num_war
     if kernel not in _unsupported:
         try:
             device = torch.cuda.current_device()
-            key = (kernel, grid, device, num_warps, tuple(sorted(constexprs.items())), tuple(map(_shape, args)))
+            key = (kernel, grid, device, num_warps, tuple(constexprs.items()), _shape(args))
         except TypeError:  # an argument (or constexpr) the shortcut does not know how to key
             key = None
         if key is not None:

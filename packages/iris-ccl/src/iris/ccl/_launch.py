@@ -61,9 +61,13 @@ def _constexpr_tail(kernel, nargs: int, constexprs: dict):
     return tuple(tail)
 
 
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what Triton's own launch asks torch
+
+
 def _stream(device_index: int) -> int:
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    return raw(device_index) if raw is not None else torch.cuda.current_stream(device_index).cuda_stream
+    if _raw_stream is not None:
+        return _raw_stream(device_index)
+    return torch.cuda.current_stream(device_index).cuda_stream
 
 
 def launch(kernel, grid: tuple[int, ...], args: tuple, constexprs: dict, num_warps: int) -> None:

@@ -34,15 +34,10 @@ class BlockAllocator:
         self.used = 0
         self.peak = 0
 
-    def round_up(self, nbytes: int) -> int:
-        """The block length that a request of ``nbytes`` occupies (at least one alignment unit)."""
-        a = self.alignment
-        return max(a, (nbytes + a - 1) & ~(a - 1))
-
     def allocate(self, nbytes: int) -> int | None:
         """Reserve a block for ``nbytes``; its offset, or ``None`` when no free block is large enough."""
         mask = self.alignment - 1
-        length = (nbytes + mask) & ~mask or self.alignment
+        length = (nbytes + mask) & ~mask or self.alignment  # whole alignment units, at least one
         free, starts = self._free, self._starts
         i = 0
         for start in starts:  # first fit: the lowest free block that is large enough

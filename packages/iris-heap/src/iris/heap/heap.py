@@ -200,17 +200,15 @@ class SymmetricHeap(TensorFactories):
         """
         try:  # the common case first: a live block of this heap (its storage starts at a block)
             offset = t.untyped_storage().data_ptr() - self._base
-            if offset in self._blocks and not self._closed and t.device == self.device:
-                del self._blocks[offset]
-                self._alloc.release(offset)
-                return
-        except AttributeError:
-            pass  # not a tensor: _block_of says so
-        offset = self._block_of(t, "free")
-        if offset not in self._blocks:
-            raise DoubleFreeError(
-                f"free(): the block at heap offset {offset:#x} is not allocated; it was already freed"
-            )
+            live = offset in self._blocks and not self._closed and t.device == self.device
+        except AttributeError:  # not a tensor: _block_of says so
+            live = False
+        if not live:  # the checks that explain what is wrong
+            offset = self._block_of(t, "free")
+            if offset not in self._blocks:
+                raise DoubleFreeError(
+                    f"free(): the block at heap offset {offset:#x} is not allocated; it was already freed"
+                )
         del self._blocks[offset]
         self._alloc.release(offset)
 

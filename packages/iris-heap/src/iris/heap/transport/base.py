@@ -29,6 +29,8 @@ class Transport(ABC):
         self.control = control
         #: ``bases[r]``: the address at which rank r's region is mapped in this process.
         self.bases: list[int] = []
+        #: Bytes actually allocated per rank (at least ``size``; a transport may round up).
+        self.mapped_size = size
 
     @abstractmethod
     def view(

@@ -12,7 +12,13 @@ import torch
 from ..errors import HeapError, HeapExhaustedError
 from .base import Transport, exchange_or_raise
 
-__all__ = ["CudaIpcTransport"]
+__all__ = ["CudaIpcTransport", "MAPPING_GRANULE"]
+
+#: The allocation behind a heap is a whole number of these (2 MiB, the GPU's large page). On an
+#: H200 a peer's IPC mapping of a 2,215,673,856-byte allocation (not a multiple of 64 KiB) was
+#: read 13% and written 16% slower at 1 GiB than the same data in a 2 GiB + 2 MiB one, which
+#: ran at the local copy's speed; rounding up costs under 2 MiB per rank.
+MAPPING_GRANULE = 2 << 20
 
 
 def _cudart():
@@ -92,17 +98,19 @@ class CudaIpcTransport(Transport):
         try:
             _check(rt, rt.cudaSetDevice(device.index), "cudaSetDevice")
             free, total = torch.cuda.mem_get_info(device)
-            if size > free:
+            mapped = -(-size // MAPPING_GRANULE) * MAPPING_GRANULE
+            if mapped > free:
                 raise HeapExhaustedError(
-                    f"cannot create a {size}-byte heap on {device}: it has {free} bytes free of "
+                    f"cannot create a {size}-byte heap on {device} ({mapped} bytes, whole 2 MiB pages): "
+                    f"it has {free} bytes free of "
                     f"{total}. Ask for a smaller heap (iris.heap.init(size=...)).",
                     requested=size,
                     free=free,
                     largest_free_block=free,
                 )
-            ptr = _check(rt, rt.cudaMalloc(size), f"cudaMalloc({size}) on {device}")
+            ptr = _check(rt, rt.cudaMalloc(mapped), f"cudaMalloc({mapped}) on {device}")
             local = _Mapping(rt, int(ptr), owned=True)
-            _check(rt, rt.cudaMemset(local.ptr, 0, size), "cudaMemset")
+            _check(rt, rt.cudaMemset(local.ptr, 0, mapped), "cudaMemset")
             _check(rt, rt.cudaDeviceSynchronize(), "cudaDeviceSynchronize")
             handle = bytes(_check(rt, rt.cudaIpcGetMemHandle(local.ptr), "cudaIpcGetMemHandle").reserved)
         except BaseException as e:
@@ -127,6 +135,7 @@ class CudaIpcTransport(Transport):
         exchange_or_raise(control, None, error, "mapping peers' CUDA heaps")
         self._maps = maps
         self.bases = [m.ptr for m in maps]
+        self.mapped_size = mapped  # bytes allocated per rank: size rounded up to MAPPING_GRANULE
 
     def view(self, rank, offset, nbytes, dtype, shape=None):
         typestr = _TYPESTR.get(dtype)

@@ -46,3 +46,38 @@ def test_gpu_host_synchronizing_call_is_a_clear_error():
     x = torch.ones(16, device="cuda")
     with pytest.raises(RuntimeError, match="could not queue"):
         time_launches(lambda: x.sum().item(), reps=2, iters=1, device="cuda")
+
+
+def _agreed_samples(rank, world_size):
+    import torch.distributed as dist
+
+    x = torch.ones(1024, device="cuda")
+    calls = [0]
+
+    def fn():  # rank 1's host is far too slow for the spin during two samples' calls
+        calls[0] += 1
+        if rank == 1 and 6 <= calls[0] <= 9:
+            time.sleep(0.05)
+        x.add_(1)
+
+    def agree(value):
+        t = torch.tensor([float(value)])
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return t.item()
+
+    assert time_launches(fn, reps=2, iters=3, warmup=1, device="cuda", agree=agree) > 0
+    return calls[0]
+
+
+@pytest.mark.gpu
+def test_gpu_ranks_that_agree_drop_samples_together(world):
+    """A collective timed on every rank: a sample one rank drops is dropped by all, so every rank
+    makes the same number of calls (otherwise the ranks' collectives would no longer pair up)."""
+    counts = world.run(_agreed_samples, 2)
+    assert counts[0] == counts[1], counts
+    assert counts[0] >= 1 + 2 + 2 * 5, counts  # rank 1's two slow samples were retried on both ranks
+
+
+def test_agree_must_be_callable():
+    with pytest.raises(TypeError, match="agree"):
+        time_launches(lambda: None, device="cpu", agree=3)

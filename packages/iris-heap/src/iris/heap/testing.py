@@ -253,7 +253,7 @@ def _spin_rate(torch, device) -> float:
     return _spin_cycles_per_s[device]
 
 
-def time_launches(fn, *, reps: int = 5, iters: int = 10, warmup: int = 1, device=None) -> float:
+def time_launches(fn, *, reps: int = 5, iters: int = 10, warmup: int = 1, device=None, agree=None) -> float:
     """Median seconds per call of ``fn()``: device time of ``reps`` calls queued back to back.
 
     On a CUDA device each of the ``iters`` samples first queues a spinning kernel long enough for
@@ -264,12 +264,19 @@ def time_launches(fn, *, reps: int = 5, iters: int = 10, warmup: int = 1, device
     the spin doubled. The calls must not synchronize with the host. ``device`` picks the clock
     (CUDA events or ``perf_counter``); left out, CUDA when this process has initialized CUDA. On
     CPU each sample is the wall time of ``reps`` calls.
+
+    ``fn`` may be a collective that every rank times at once: pass ``agree``, a callable that
+    every rank calls with a float and that returns the largest of the ranks' values (a host
+    all-reduce of max, e.g. over a gloo group). The ranks then start every sample together with
+    the same spin and drop or keep each sample together, so all of them make the same calls.
     """
     import torch
 
     for name, value, least in (("reps", reps, 1), ("iters", iters, 1), ("warmup", warmup, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
+    if agree is not None and not callable(agree):
+        raise TypeError(f"agree must be a callable (a max over the ranks) or None, got {agree!r}")
     if device is None:
         cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
         device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
@@ -295,6 +302,8 @@ def time_launches(fn, *, reps: int = 5, iters: int = 10, warmup: int = 1, device
         spin = 2 * (time.perf_counter() - t0) + 1e-4  # seconds: twice what queueing took, and then some
         torch.cuda.synchronize()
         while len(samples) < iters:
+            if agree is not None:
+                spin = float(agree(spin))  # also lines the ranks up for this sample
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             torch.cuda._sleep(int(spin * rate))
             start.record()
@@ -303,6 +312,8 @@ def time_launches(fn, *, reps: int = 5, iters: int = 10, warmup: int = 1, device
             end.record()
             covered = not start.query()  # the spin still runs: every call was queued before any ran
             end.synchronize()
+            if agree is not None:
+                covered = float(agree(0.0 if covered else 1.0)) == 0.0  # kept only if every rank's was
             if covered:
                 samples.append(start.elapsed_time(end) * 1e-3 / reps)
                 continue

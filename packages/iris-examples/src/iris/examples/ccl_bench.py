@@ -1,7 +1,7 @@
 """ccl-bench: iris.ccl's collectives against the copy roofline (and NCCL where every rank has its own GPU).
 
-For each collective (and all_reduce variant) and size per rank: the median time of back-to-back
-calls on heap tensors (error checks off inside the timed loop, one check after), the effective
+For each collective (and all_reduce variant) and size per rank: the time per call on heap
+tensors (error checks off inside the timed loop, one check after), the effective
 memory traffic (the least that any algorithm must read and write, summed over ranks, below), and
 that traffic over the copy roofline: the bandwidth of ``torch.Tensor.copy_`` of the same size,
 timed on each device with the device to itself and summed over distinct devices, in the same
@@ -9,6 +9,14 @@ run (``copy_ roofline GB/s`` counts bytes read plus written). Ranks sharing one 
 bandwidth, so their roofline is that one GPU's copy rate. Run ranks sharing a GPU under MPS.
 Before the timed calls, every collective at every size is checked against torch once, on inputs
 whose sums are exact in fp32.
+
+Time per call, on a GPU: every rank queues ``--reps`` calls back to back behind a spin and times
+them with CUDA events (``iris.heap.testing.time_launches``, the ranks agreeing on every sample), so
+the figure is the device time of a stream of collectives, as in nccl-tests' loop of calls, without
+the host's launch path (60-80 us per call on an H200 host) in it; the median of ``--iters`` samples.
+The copy roofline is timed the same way. The small-message table adds ``call us``: one call at a
+time between CUDA events on an idle GPU, which does count the host's launch path (what a program
+that waits for each small all_reduce sees).
 
 Effective traffic summed over W ranks, n = bytes of the per-rank input:
   all_gather      W*n read (each input once) + W*W*n written (every rank's output)
@@ -31,6 +39,7 @@ import torch
 
 import iris.ccl as ccl
 import iris.heap
+from iris.heap.testing import time_launches
 
 from . import environment, tables, timing, validation
 from .options import positive_int
@@ -61,7 +70,7 @@ def traffic(name: str, n: int, w: int) -> int:
     return 2 * n * w  # all_reduce, all_to_all: w inputs read, w outputs written
 
 
-def copy_roofline(nbytes: int, device: torch.device, iters: int) -> float:
+def copy_roofline(nbytes: int, device: torch.device, iters: int, reps: int = 1) -> float:
     """Bytes per second (read + written) that ``torch.Tensor.copy_`` reaches on the ranks' devices.
 
     Collective: every rank times a copy of ``nbytes`` with the device to itself (the others wait
@@ -76,7 +85,7 @@ def copy_roofline(nbytes: int, device: torch.device, iters: int) -> float:
     for turn in range(dist.get_world_size()):
         dist.barrier()
         if turn == dist.get_rank():
-            mine = 2 * nbytes / timing.bench(lambda: b.copy_(a), iters=iters, device=device)
+            mine = 2 * nbytes / time_launches(lambda: b.copy_(a), reps=reps, iters=iters, warmup=3, device=device)
     dist.barrier()
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)  # the UUID names the GPU, whatever CUDA_VISIBLE_DEVICES says
@@ -117,7 +126,9 @@ def add_arguments(parser: argparse.ArgumentParser, *, gpu: bool) -> None:
     sizes = ["1M", "16M", "64M", "256M", "1G"] if gpu else ["64K"]
     parser.add_argument("--sizes", nargs="+", type=size_type, default=[size_type(s) for s in sizes],
                         help=f"bytes per rank (default {' '.join(sizes)})")  # fmt: skip
-    parser.add_argument("--iters", type=positive_int, default=10 if gpu else 1, help="timed calls per size")
+    parser.add_argument("--iters", type=positive_int, default=10 if gpu else 1, help="timed samples per size")
+    parser.add_argument("--reps", type=positive_int, default=10 if gpu else 1,
+                        help="calls queued back to back per sample (default 10 on a GPU, 1 on CPU ranks)")  # fmt: skip
     parser.add_argument("--collectives", nargs="+", default=COLLECTIVES, metavar="NAME",
                         help=f"what to run (default all: {' '.join(COLLECTIVES)})")  # fmt: skip
     lat = ["1K", "8K", "64K"] if gpu else ["1K"]
@@ -161,6 +172,18 @@ def _calls(x, out, part, n, cfg, nccl=None):
     }
 
 
+def _max_over_ranks(group):
+    """time_launches' ``agree``: a host all-reduce of max over ``group`` (gloo)."""
+    import torch.distributed as dist
+
+    def agree(value: float) -> float:
+        t = torch.tensor([float(value)], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+        return t.item()
+
+    return agree
+
+
 def _result(coll, x, out, part, n):
     return {"all_reduce": x, "all_gather": out, "reduce_scatter": part, "all_to_all": out[:n], "broadcast": x}[coll]
 
@@ -174,6 +197,11 @@ def rank_main(args: argparse.Namespace) -> dict:
     try:
         rank, dev = heap.rank, heap.device
         nccl = None
+        agree = _max_over_ranks(dist.new_group(backend="gloo"))  # whatever backend the default group has
+
+        def timed(fn, iters):  # every rank times the same calls at once
+            return time_launches(fn, reps=args.reps, iters=iters, warmup=3, device=dev, agree=agree)
+
         if dev.type == "cuda" and torch.cuda.device_count() >= w and w > 1:
             torch.cuda.set_device(dev)
             nccl = dist.new_group(backend="nccl")
@@ -181,7 +209,7 @@ def rank_main(args: argparse.Namespace) -> dict:
         with tables.progress("ccl-bench", len(sizes) * len(args.collectives), enabled=rank == 0) as bar:
             for nbytes in sizes:
                 n = nbytes // 4
-                copy_bw = copy_roofline(nbytes, dev, args.iters)
+                copy_bw = copy_roofline(nbytes, dev, args.iters, args.reps)
                 x = heap.empty(n)
                 out = heap.empty(w * n)  # on the heap, as a user after speed keeps it: all_gather pushes
                 part = torch.empty(n // w, device=dev)
@@ -195,14 +223,14 @@ def rank_main(args: argparse.Namespace) -> dict:
                     mismatches += [found] if found is not None else []
                     x.normal_()
                     cfg = ccl.Config(variant=variant or "auto", backend=args.backend, check_errors=False)
-                    t = timing.bench(_calls(x, out, part, n, cfg)[coll], iters=args.iters, device=dev)
+                    t = timed(_calls(x, out, part, n, cfg)[coll], args.iters)
                     heap.barrier()  # surfaces any device-side timeout from the timed loop
                     moved = traffic(coll, nbytes, w)
                     row = {"collective": name, "ranks": w, "backend": args.backend, "bytes_per_rank": nbytes,
                            "time_us": t * 1e6, "traffic_GBps": moved / t / 1e9, "copy_GBps": copy_bw / 1e9,
                            "ratio_vs_copy": moved / t / copy_bw, "check": "ok" if found is None else "MISMATCH"}  # fmt: skip
                     if nccl is not None:
-                        tn = timing.bench(_calls(x, out, part, n, None, nccl)[coll], iters=args.iters, device=dev)
+                        tn = timed(_calls(x, out, part, n, None, nccl)[coll], args.iters)
                         row["nccl_us"] = tn * 1e6
                         row["speedup_vs_nccl"] = tn / t
                     rows.append(row)
@@ -213,11 +241,11 @@ def rank_main(args: argparse.Namespace) -> dict:
             y = heap.randn(nbytes // 4)
             for variant in LATENCY_VARIANTS:
                 cfg = ccl.Config(variant=variant, backend=args.backend, check_errors=False)
-                t = timing.bench(
-                    lambda y=y, cfg=cfg: ccl.all_reduce(y, config=cfg), iters=args.latency_iters, device=dev
-                )
+                call = lambda y=y, cfg=cfg: ccl.all_reduce(y, config=cfg)  # noqa: E731
+                t = timed(call, max(1, args.latency_iters // args.reps))
+                one = timing.bench(call, iters=args.latency_iters, device=dev)
                 rows.append({"collective": f"all_reduce:{variant}", "ranks": w, "backend": args.backend,
-                             "bytes_per_rank": nbytes, "time_us": t * 1e6, "latency": True})  # fmt: skip
+                             "bytes_per_rank": nbytes, "time_us": t * 1e6, "call_us": one * 1e6, "latency": True})  # fmt: skip
             heap.free(y)
         heap.barrier()
         return {
@@ -251,7 +279,10 @@ def report(results: list, args: argparse.Namespace) -> int:
                 ("collective", "collective", ""),
                 ("bytes_per_rank", "bytes/rank", format_bytes),
                 ("time_us", "time us", ".1f"),
+                ("call_us", "call us", ".1f"),
             ],
+            caption="time us: device time per call in a queued stream of calls; call us: one call at a time, "
+            "host launch path included",
         )
     bad = validation.print_mismatches(m for r in results for m in r["mismatches"])
     if args.csv:

@@ -360,6 +360,18 @@ def wait_default_kernel(flag, value, result, context_ptr):
     gl.store(result, ctx.wait(flag, value).to(gl.int32))
 
 
+@gluon.jit
+def wait_block_kernel(flags, value, result, context_ptr, LANES: gl.constexpr, L: gl.constexpr, FREE: gl.constexpr):
+    """result[0] = wait on the block flags[min(i, 2)] for i < LANES (lanes repeat the last flag) >= value."""
+    ctx = Context.initialize(context_ptr)
+    ptrs = flags + gl.minimum(gl.arange(0, LANES, layout=L), 2)
+    if FREE:
+        ok = img.wait(ptrs, value, context_ptr, ">=")
+    else:
+        ok = ctx.wait(ptrs, value, ">=")
+    gl.store(result, ok.to(gl.int32))
+
+
 # -- streaming copies (vectorization check; the benchmark has its own) ----------------------------
 
 
@@ -488,6 +500,10 @@ def compile_cases(target):
         cases.append((f"wait[{cmp}]", wait_kernel,
                       {"flag": "*i32", "value": "i32", "result": "*i32", **ctx, "CMP": "constexpr", "FREE": "constexpr"},
                       {"CMP": cmp, "FREE": bool(i % 2)}))  # fmt: skip
+    for free in (False, True):
+        cases.append((f"wait_block[free={free}]", wait_block_kernel,
+                      {"flags": "*i32", "value": "i32", "result": "*i32", **ctx, "LANES": "constexpr", "L": "constexpr",
+                       "FREE": "constexpr"}, {"LANES": 4, "L": layout(4, target), "FREE": free}))  # fmt: skip
     cases.append(("wait[default]", wait_default_kernel, {"flag": "*i32", "value": "i32", "result": "*i32", **ctx}, {}))
     cases += [(f"stream[{name}]", fn, sig, consts) for name, fn, sig, consts in stream_cases("fp32", 1024, target)]
 

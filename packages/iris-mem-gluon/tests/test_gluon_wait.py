@@ -13,6 +13,11 @@ def test_wait_returns_whether_the_comparison_held_and_records_timeouts(world, fr
 
 
 @API
+def test_a_block_of_flags_waits_for_all_and_names_the_first_that_missed(world, free):
+    world.run(ranks.check_wait_on_a_block, 1, free)
+
+
+@API
 def test_wait_returns_false_at_once_when_an_error_is_already_recorded(world, free):
     world.run(ranks.check_wait_after_error, 1, free)
 

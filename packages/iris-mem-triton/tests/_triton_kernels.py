@@ -311,6 +311,18 @@ def wait_default_kernel(flag, value, result, context_ptr):
     tl.store(result, ctx.wait(flag, value).to(tl.int32))
 
 
+@triton.jit
+def wait_block_kernel(flags, value, result, context_ptr, LANES: tl.constexpr, FREE: tl.constexpr):
+    """result[0] = wait on the block flags[min(i, 2)] for i < LANES (lanes repeat the last flag) >= value."""
+    ctx = Context.initialize(context_ptr)
+    ptrs = flags + tl.minimum(tl.arange(0, LANES), 2)
+    if FREE:
+        ok = imt.wait(ptrs, value, context_ptr, ">=")
+    else:
+        ok = ctx.wait(ptrs, value, ">=")
+    tl.store(result, ok.to(tl.int32))
+
+
 # -- the compile-only cases ----------------------------------------------------------------------
 
 RMA_DTYPES = ("i8", "i32", "fp16", "bf16", "fp32")
@@ -383,6 +395,9 @@ def compile_cases():
             cases.append((f"wait[{cmp},free={free}]", wait_kernel,
                           {"flag": "*i32", "value": "i32", "result": "*i32", **ctx, "CMP": "constexpr", "FREE": "constexpr"},
                           {"CMP": cmp, "FREE": free}))  # fmt: skip
+        cases.append((f"wait_block[free={free}]", wait_block_kernel,
+                      {"flags": "*i32", "value": "i32", "result": "*i32", **ctx, "LANES": "constexpr", "FREE": "constexpr"},
+                      {"LANES": 4, "FREE": free}))  # fmt: skip
     cases.append(("wait[default]", wait_default_kernel, {"flag": "*i32", "value": "i32", "result": "*i32", **ctx}, {}))
     for dt in ("i8", "fp16", "fp32"):
         cases += [(f"stream[{name},{dt}]", fn, sig, consts) for name, fn, sig, consts in stream_cases(dt, 1024)]

@@ -406,6 +406,43 @@ def check_wait_outcomes(rank, world_size, free):
         raise AssertionError("default-comparison timeout not recorded")
 
 
+def check_wait_on_a_block(rank, world_size, free):
+    """A block of flags: True once every flag holds; a timeout names the lowest flag that did not."""
+    K, heap = _kernels(), _heap()
+    heap.wait_limit = 20
+    heap.zeros(3)  # the flags are not at offset 0
+    flags = heap.zeros(3, dtype=torch.int32)
+    flags.copy_(torch.tensor([5, 9, 7], dtype=torch.int32))
+    result = heap.full((1,), 3, dtype=torch.int32)
+    w = world_size
+    for value, holds, missed in ((5, True, None), (6, False, 0), (8, False, 0)):
+        K.wait_block_kernel[(1,)](flags, value, result, heap.context, LANES=4, FREE=free)
+        if heap.device.type == "cuda":
+            torch.cuda.synchronize(heap.device)
+        assert result.item() == int(holds), f"block wait for >= {value} over [5, 9, 7] returned {result.item()}"
+        if holds:
+            heap.check_device_errors()
+            continue
+        detail = heap.context[iris.heap.context.error_detail_index(w)].item()
+        assert detail == heap.offset(flags) + 4 * missed, f"error_detail {detail}: not flag {missed}'s offset"
+        assert heap.context[iris.heap.context.error_value_index(w)].item() == flags[missed].item()
+        try:
+            heap.check_device_errors()
+        except iris.heap.WaitTimeoutError:
+            pass
+        else:
+            raise AssertionError(f"block wait for >= {value} timed out without recording an error")
+    flags[0] = 8  # now only flag 2 (7, repeated in lanes 2 and 3) misses >= 8
+    K.wait_block_kernel[(1,)](flags, 8, result, heap.context, LANES=4, FREE=free)
+    assert result.item() == 0
+    assert heap.context[iris.heap.context.error_detail_index(w)].item() == heap.offset(flags) + 8
+    assert heap.context[iris.heap.context.error_value_index(w)].item() == 7
+    try:
+        heap.check_device_errors()
+    except iris.heap.WaitTimeoutError:
+        pass
+
+
 def check_wait_after_error(rank, world_size, free):
     """With an error already recorded, wait returns False at once, even for a flag that holds,
     and leaves the first error in place."""

@@ -379,17 +379,43 @@ def _holds(seen, value, cmp: gl.constexpr):
 
 @gluon.jit
 def _poll(flag_ptr):
-    return gl.atomic_add(flag_ptr, 0, sem="acquire", scope="sys")
+    return gl.atomic_add(flag_ptr, _value_like(0, flag_ptr), sem="acquire", scope="sys")
+
+
+@gluon.jit
+def _every(holds):
+    """Whether every lane of a 1-D block of conditions holds (a scalar condition as it is)."""
+    if holds.type.is_block():
+        out = gl.min(holds.to(gl.int32), axis=0) != 0
+    else:
+        out = holds
+    return out
+
+
+@gluon.jit
+def _first_missed(flag_ptr, seen, holds, base):
+    """(heap offset, value) of the lowest-addressed flag that does not hold (a scalar flag: itself)."""
+    offset = flag_ptr.to(gl.int64, bitcast=True) - base
+    value = seen.to(gl.int64)
+    if holds.type.is_block():
+        missed = gl.where(holds, 2**62, offset)
+        first = gl.min(missed, axis=0)
+        value = gl.max(gl.where(missed == first, value, -(2**62)), axis=0)
+        offset = first
+    return offset, value
 
 
 @gluon.jit
 def wait(flag_ptr, value, context_ptr, cmp: gl.constexpr = None):
-    """Spin (acquire, sys scope) until the LOCAL scalar flag at ``flag_ptr`` satisfies ``flag cmp value``.
+    """Spin (acquire, sys scope) until the LOCAL flag at ``flag_ptr`` satisfies ``flag cmp value``.
 
-    Returns True when it does. Returns False at once if the context already holds an error, or
-    after the context's ``wait_limit`` spins; a timeout records ERROR_WAIT_TIMEOUT (first waiter
-    wins by CAS), the flag's heap offset and its last value, which ``heap.check_device_errors()``
-    raises as ``WaitTimeoutError``. ``cmp``: "==" (None), "!=", ">=", ">", "<=", "<".
+    ``flag_ptr`` is a scalar pointer or a 1-D block of pointers; a block waits until every flag in
+    it holds, polling them all at once (the same flag may appear in several lanes). Returns True
+    when they do. Returns False at once if the context already holds an error, or after the
+    context's ``wait_limit`` spins; a timeout records ERROR_WAIT_TIMEOUT (first waiter wins by CAS),
+    the heap offset and last value of the (lowest-addressed) flag that did not hold, which
+    ``heap.check_device_errors()`` raises as ``WaitTimeoutError``. ``cmp``: "==" (None), "!=",
+    ">=", ">", "<=", "<".
     """
     op: gl.constexpr = _comparison(cmp)
     world_size = gl.load(context_ptr + _WORLD_SIZE)
@@ -398,17 +424,18 @@ def wait(flag_ptr, value, context_ptr, cmp: gl.constexpr = None):
     error_ptr = extensions + _ERROR_CODE_AFTER_BASES
     healthy = gl.load(error_ptr, volatile=True) == 0
     seen = _poll(flag_ptr)
-    done = _holds(seen, value, op)
+    done = _every(_holds(seen, value, op))
     spins = limit * 0
     while healthy & (done == 0) & (spins < limit):
         seen = _poll(flag_ptr)
-        done = _holds(seen, value, op)
+        done = _every(_holds(seen, value, op))
         spins += 1
     if healthy & (done == 0):
         code = gl.cast(_ERROR_WAIT_TIMEOUT, gl.int64)
         if gl.atomic_cas(error_ptr, gl.cast(0, gl.int64), code, sem="acq_rel", scope="sys") == 0:
             rank = gl.load(context_ptr + _RANK)
             base = gl.load(context_ptr + _BASES + rank)
-            gl.store(extensions + _ERROR_DETAIL_AFTER_BASES, flag_ptr.to(gl.int64, bitcast=True) - base)
-            gl.store(extensions + _ERROR_VALUE_AFTER_BASES, seen.to(gl.int64))
+            offset, last = _first_missed(flag_ptr, seen, _holds(seen, value, op), base)
+            gl.store(extensions + _ERROR_DETAIL_AFTER_BASES, offset)
+            gl.store(extensions + _ERROR_VALUE_AFTER_BASES, last)
     return healthy & done

@@ -322,13 +322,39 @@ def _poll(flag_ptr):
 
 
 @triton.jit
+def _every(holds):
+    """Whether every lane of a block of conditions holds (a scalar condition as it is)."""
+    if holds.type.is_block():
+        out = tl.min(tl.ravel(holds.to(tl.int32)), axis=0) != 0
+    else:
+        out = holds
+    return out
+
+
+@triton.jit
+def _first_missed(flag_ptr, seen, holds, base):
+    """(heap offset, value) of the lowest-addressed flag that does not hold (a scalar flag: itself)."""
+    offset = flag_ptr.to(tl.int64, bitcast=True) - base
+    value = seen.to(tl.int64)
+    if holds.type.is_block():
+        missed = tl.where(holds, 2**62, offset)
+        first = tl.min(tl.ravel(missed), axis=0)
+        value = tl.max(tl.ravel(tl.where(missed == first, value, -(2**62))), axis=0)
+        offset = first
+    return offset, value
+
+
+@triton.jit
 def wait(flag_ptr, value, context_ptr, cmp: tl.constexpr = None):
     """Spin (acquire, sys scope) until the LOCAL flag at ``flag_ptr`` satisfies ``flag cmp value``.
 
-    Returns True when it does. Returns False at once if the context already holds an error, or
-    after the context's ``wait_limit`` spins; a timeout records ERROR_WAIT_TIMEOUT (first waiter
-    wins by CAS), the flag's heap offset and its last value, which ``heap.check_device_errors()``
-    raises as ``WaitTimeoutError``. ``cmp``: "==" (None), "!=", ">=", ">", "<=", "<".
+    ``flag_ptr`` is a scalar pointer or a block of pointers; a block waits until every flag in it
+    holds, polling them all at once (the same flag may appear in several lanes). Returns True when
+    they do. Returns False at once if the context already holds an error, or after the context's
+    ``wait_limit`` spins; a timeout records ERROR_WAIT_TIMEOUT (first waiter wins by CAS), the heap
+    offset and last value of the (lowest-addressed) flag that did not hold, which
+    ``heap.check_device_errors()`` raises as ``WaitTimeoutError``. ``cmp``: "==" (None), "!=", ">=",
+    ">", "<=", "<".
     """
     op: tl.constexpr = _comparison(cmp)
     world_size = tl.load(context_ptr + 1)
@@ -336,11 +362,11 @@ def wait(flag_ptr, value, context_ptr, cmp: tl.constexpr = None):
     error_ptr = context_ptr + 3 + world_size
     healthy = tl.load(error_ptr, volatile=True) == 0
     seen = _poll(flag_ptr)
-    done = _holds(seen, value, op)
+    done = _every(_holds(seen, value, op))
     spins = limit * 0
     while healthy & (done == 0) & (spins < limit):
         seen = _poll(flag_ptr)
-        done = _holds(seen, value, op)
+        done = _every(_holds(seen, value, op))
         spins += 1
     if healthy & (done == 0):
         if (
@@ -351,6 +377,7 @@ def wait(flag_ptr, value, context_ptr, cmp: tl.constexpr = None):
         ):
             rank = tl.load(context_ptr)
             base = tl.load(context_ptr + 2 + rank)
-            tl.store(context_ptr + 4 + world_size, flag_ptr.to(tl.int64, bitcast=True) - base)
-            tl.store(context_ptr + 5 + world_size, seen.to(tl.int64))
+            offset, last = _first_missed(flag_ptr, seen, _holds(seen, value, op), base)
+            tl.store(context_ptr + 4 + world_size, offset)
+            tl.store(context_ptr + 5 + world_size, last)
     return healthy & done

@@ -20,6 +20,7 @@ _REDUCE_FLAGS = {
     "OP": "constexpr",
     "ACC_F32": "constexpr",
     "IS_FLOAT": "constexpr",
+    "FLAGS": "constexpr",
     "BLOCK": "constexpr",
 }
 
@@ -31,14 +32,15 @@ def _aligned(signature):
 
 
 def cases(K):
-    out = [("barrier", K.barrier_kernel, {"context_ptr": "*i64", "entry": "*i32", "epoch": "i32"}, {})]
+    out = [("barrier", K.barrier_kernel, {"context_ptr": "*i64", "entry": "*i32", "epoch": "i32", "FLAGS": "constexpr"},
+            {"FLAGS": 4})]  # fmt: skip
     for dt, op, acc, is_float in [
         ("fp32", 0, False, True),
         ("bf16", 1, True, True),
         ("fp16", 3, True, True),
         ("i32", 2, False, False),
     ]:
-        flags = {"W": 4, "OP": op, "ACC_F32": acc, "IS_FLOAT": is_float, "BLOCK": 4096}
+        flags = {"W": 4, "OP": op, "ACC_F32": acc, "IS_FLOAT": is_float, "FLAGS": 4, "BLOCK": 4096}
         sig = {**_HEAD, "src": f"*{dt}", "dst": f"*{dt}", "N": "i32"}
         out.append((f"one_shot {dt} op{op}", K.one_shot_kernel, {**sig, **_REDUCE_FLAGS}, flags))
         for push, chunked in [(True, True), (False, True), (False, False)]:
@@ -51,8 +53,16 @@ def cases(K):
             (
                 f"gather {dt}",
                 K.gather_kernel,
-                {**_HEAD, "src": f"*{dt}", "dst": f"*{dt}", **ints, "COUNT": "constexpr", "BLOCK": "constexpr"},
-                {"COUNT": 4, "BLOCK": 4096},
+                {
+                    **_HEAD,
+                    "src": f"*{dt}",
+                    "dst": f"*{dt}",
+                    **ints,
+                    "COUNT": "constexpr",
+                    "FLAGS": "constexpr",
+                    "BLOCK": "constexpr",
+                },
+                {"COUNT": 4, "FLAGS": 4, "BLOCK": 4096},
             )
         )
         out.append(
@@ -66,9 +76,10 @@ def cases(K):
                     "n": "i32",
                     "dst_offset": "i32",
                     "W": "constexpr",
+                    "FLAGS": "constexpr",
                     "BLOCK": "constexpr",
                 },
-                {"W": 4, "BLOCK": 4096},
+                {"W": 4, "FLAGS": 4, "BLOCK": 4096},
             )
         )
     return out

@@ -52,35 +52,40 @@ _tile_layout.__triton_builtin__ = True  # called with the code generator's _sema
 
 
 @gluon.jit
-def _arrive(ctx, flags, epoch):
-    r = ctx.rank * 0
-    while r < ctx.world_size:
-        ctx.atomic_xchg(flags + ctx.rank, epoch, r, sem="release", scope="sys")
-        r += 1
+def _lanes(ctx, FLAGS: gl.constexpr):
+    """One lane per rank, FLAGS (a power of two >= the world size) of them: lanes past the world
+    repeat the last rank (an exchange of the same epoch, or a second look at the same flag)."""
+    L: gl.constexpr = _tile_layout(FLAGS, gl.num_warps(), gl.int32)
+    return gl.minimum(gl.arange(0, FLAGS, layout=L), ctx.world_size - 1)
 
 
 @gluon.jit
-def _await_all(ctx, flags, epoch):
-    r = ctx.rank * 0
-    while r < ctx.world_size:
-        ctx.wait(flags + r, epoch, ">=")
-        r += 1
+def _arrive(ctx, flags, epoch, FLAGS: gl.constexpr):
+    """Write ``epoch`` into ``flags[rank]`` of every rank at once (a release exchange per lane)."""
+    r = _lanes(ctx, FLAGS)
+    ctx.atomic_xchg(flags + ctx.rank + r * 0, epoch, r, sem="release", scope="sys")
 
 
 @gluon.jit
-def _enter(ctx, entry, epoch):
+def _await_all(ctx, flags, epoch, FLAGS: gl.constexpr):
+    """Bounded wait until every rank's local ``flags[r]`` has reached ``epoch`` (all polled at once)."""
+    ctx.wait(flags + _lanes(ctx, FLAGS), epoch, ">=")
+
+
+@gluon.jit
+def _enter(ctx, entry, epoch, FLAGS: gl.constexpr):
     if gl.program_id(0) == 0:
-        _arrive(ctx, entry, epoch)
-    _await_all(ctx, entry, epoch)
+        _arrive(ctx, entry, epoch, FLAGS)
+    _await_all(ctx, entry, epoch, FLAGS)
 
 
 @gluon.jit
-def _leave(ctx, exit_flags, counter, epoch, done_target):
+def _leave(ctx, exit_flags, counter, epoch, done_target, FLAGS: gl.constexpr):
     img.barrier()  # every thread's stores are done before this program's release
     done = ctx.atomic_add(counter, 1, ctx.rank, sem="acq_rel", scope="sys") + 1
     if done == done_target:
-        _arrive(ctx, exit_flags, epoch)
-        _await_all(ctx, exit_flags, epoch)
+        _arrive(ctx, exit_flags, epoch, FLAGS)
+        _await_all(ctx, exit_flags, epoch, FLAGS)
 
 
 @gluon.jit
@@ -134,21 +139,21 @@ def _cast_out(acc, out_dtype: gl.constexpr):
 
 
 @gluon.jit(do_not_specialize=("epoch",))
-def barrier_kernel(context_ptr, entry, epoch):
+def barrier_kernel(context_ptr, entry, epoch, FLAGS: gl.constexpr):
     ctx = Context.initialize(context_ptr)
-    _arrive(ctx, entry, epoch)
-    _await_all(ctx, entry, epoch)
+    _arrive(ctx, entry, epoch, FLAGS)
+    _await_all(ctx, entry, epoch, FLAGS)
 
 
 @gluon.jit(do_not_specialize=_COUNTERS)
 def one_shot_kernel(
     context_ptr, entry, exit_flags, counter, epoch, done_target, src, dst, N,
-    W: gl.constexpr, OP: gl.constexpr, ACC_F32: gl.constexpr, IS_FLOAT: gl.constexpr, BLOCK: gl.constexpr,
+    W: gl.constexpr, OP: gl.constexpr, ACC_F32: gl.constexpr, IS_FLOAT: gl.constexpr, FLAGS: gl.constexpr, BLOCK: gl.constexpr,
 ):  # fmt: skip
     """dst (local) = op over ranks of src (every rank's staged copy of its input)."""
     ctx = Context.initialize(context_ptr)
     L: gl.constexpr = _tile_layout(BLOCK, gl.num_warps(), src.dtype.element_ty)
-    _enter(ctx, entry, epoch)
+    _enter(ctx, entry, epoch, FLAGS)
     t = gl.program_id(0)
     while t < gl.cdiv(N, BLOCK):
         offs = t * BLOCK + gl.arange(0, BLOCK, layout=L)
@@ -156,14 +161,14 @@ def one_shot_kernel(
         acc = _reduce_tile(ctx, src + offs, mask, W, OP, ACC_F32, IS_FLOAT)
         gl.store(dst + offs, _cast_out(acc, dst.dtype.element_ty), mask=mask)
         t += gl.num_programs(0)
-    _leave(ctx, exit_flags, counter, epoch, done_target)
+    _leave(ctx, exit_flags, counter, epoch, done_target, FLAGS)
 
 
 @gluon.jit(do_not_specialize=_COUNTERS)
 def reduce_kernel(
     context_ptr, entry, exit_flags, counter, epoch, done_target, src, dst, N, chunk,
     PUSH: gl.constexpr, DST_CHUNKED: gl.constexpr,
-    W: gl.constexpr, OP: gl.constexpr, ACC_F32: gl.constexpr, IS_FLOAT: gl.constexpr, BLOCK: gl.constexpr,
+    W: gl.constexpr, OP: gl.constexpr, ACC_F32: gl.constexpr, IS_FLOAT: gl.constexpr, FLAGS: gl.constexpr, BLOCK: gl.constexpr,
 ):  # fmt: skip
     """Reduce chunk ``rank`` (elements [rank*chunk, min((rank+1)*chunk, N))) of src over ranks.
 
@@ -173,7 +178,7 @@ def reduce_kernel(
     """
     ctx = Context.initialize(context_ptr)
     L: gl.constexpr = _tile_layout(BLOCK, gl.num_warps(), src.dtype.element_ty)
-    _enter(ctx, entry, epoch)
+    _enter(ctx, entry, epoch, FLAGS)
     start = ctx.rank * chunk
     t = gl.program_id(0)
     while t < gl.cdiv(chunk, BLOCK):
@@ -192,13 +197,13 @@ def reduce_kernel(
         else:
             gl.store(where, out, mask=mask)
         t += gl.num_programs(0)
-    _leave(ctx, exit_flags, counter, epoch, done_target)
+    _leave(ctx, exit_flags, counter, epoch, done_target, FLAGS)
 
 
 @gluon.jit(do_not_specialize=_COUNTERS)
 def gather_kernel(
     context_ptr, entry, exit_flags, counter, epoch, done_target, src, dst,
-    n, total, src_stride, src_offset, dst_stride, first, COUNT: gl.constexpr, BLOCK: gl.constexpr,
+    n, total, src_stride, src_offset, dst_stride, first, COUNT: gl.constexpr, FLAGS: gl.constexpr, BLOCK: gl.constexpr,
 ):  # fmt: skip
     """For ranks r = first, first+1, ... (COUNT of them, mod W; unrolled, so their loads overlap):
     dst[r*dst_stride + i] = rank r's src[r*src_stride + src_offset + i], for i < n and
@@ -206,7 +211,7 @@ def gather_kernel(
     """
     ctx = Context.initialize(context_ptr)
     L: gl.constexpr = _tile_layout(BLOCK, gl.num_warps(), src.dtype.element_ty)
-    _enter(ctx, entry, epoch)
+    _enter(ctx, entry, epoch, FLAGS)
     t = gl.program_id(0)
     while t < gl.cdiv(n, BLOCK):
         offs = t * BLOCK + gl.arange(0, BLOCK, layout=L)
@@ -216,19 +221,19 @@ def gather_kernel(
             v = ctx.load(src + r * src_stride + src_offset + offs, r, mask=mask)
             gl.store(dst + r * dst_stride + offs, v, mask=mask)
         t += gl.num_programs(0)
-    _leave(ctx, exit_flags, counter, epoch, done_target)
+    _leave(ctx, exit_flags, counter, epoch, done_target, FLAGS)
 
 
 @gluon.jit(do_not_specialize=_COUNTERS)
 def push_kernel(
     context_ptr, entry, exit_flags, counter, epoch, done_target, src, dst, n, dst_offset,
-    W: gl.constexpr, BLOCK: gl.constexpr,
+    W: gl.constexpr, FLAGS: gl.constexpr, BLOCK: gl.constexpr,
 ):  # fmt: skip
     """Every rank's dst[dst_offset + i] = this rank's src[i], for i < n (all_gather into heap
     outputs: each input read once, from local memory, and stored into all W ranks)."""
     ctx = Context.initialize(context_ptr)
     L: gl.constexpr = _tile_layout(BLOCK, gl.num_warps(), src.dtype.element_ty)
-    _enter(ctx, entry, epoch)
+    _enter(ctx, entry, epoch, FLAGS)
     t = gl.program_id(0)
     while t < gl.cdiv(n, BLOCK):
         offs = t * BLOCK + gl.arange(0, BLOCK, layout=L)
@@ -237,4 +242,4 @@ def push_kernel(
         for j in gl.static_range(W):
             ctx.store(dst + dst_offset + offs, v, (ctx.rank + j) % W, mask=mask)
         t += gl.num_programs(0)
-    _leave(ctx, exit_flags, counter, epoch, done_target)
+    _leave(ctx, exit_flags, counter, epoch, done_target, FLAGS)

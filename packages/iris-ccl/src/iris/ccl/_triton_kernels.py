@@ -30,35 +30,39 @@ __all__ = ["barrier_kernel", "one_shot_kernel", "reduce_kernel", "gather_kernel"
 
 
 @triton.jit
-def _arrive(ctx, flags, epoch):
-    r = ctx.rank * 0
-    while r < ctx.world_size:
-        ctx.atomic_xchg(flags + ctx.rank, epoch, r, sem="release", scope="sys")
-        r += 1
+def _lanes(ctx, FLAGS: tl.constexpr):
+    """One lane per rank, FLAGS (a power of two >= the world size) of them: lanes past the world
+    repeat the last rank (an exchange of the same epoch, or a second look at the same flag)."""
+    return tl.minimum(tl.arange(0, FLAGS), ctx.world_size - 1)
 
 
 @triton.jit
-def _await_all(ctx, flags, epoch):
-    r = ctx.rank * 0
-    while r < ctx.world_size:
-        ctx.wait(flags + r, epoch, ">=")
-        r += 1
+def _arrive(ctx, flags, epoch, FLAGS: tl.constexpr):
+    """Write ``epoch`` into ``flags[rank]`` of every rank at once (a release exchange per lane)."""
+    r = _lanes(ctx, FLAGS)
+    ctx.atomic_xchg(flags + ctx.rank + r * 0, epoch, r, sem="release", scope="sys")
 
 
 @triton.jit
-def _enter(ctx, entry, epoch):
+def _await_all(ctx, flags, epoch, FLAGS: tl.constexpr):
+    """Bounded wait until every rank's local ``flags[r]`` has reached ``epoch`` (all polled at once)."""
+    ctx.wait(flags + _lanes(ctx, FLAGS), epoch, ">=")
+
+
+@triton.jit
+def _enter(ctx, entry, epoch, FLAGS: tl.constexpr):
     if tl.program_id(0) == 0:
-        _arrive(ctx, entry, epoch)
-    _await_all(ctx, entry, epoch)
+        _arrive(ctx, entry, epoch, FLAGS)
+    _await_all(ctx, entry, epoch, FLAGS)
 
 
 @triton.jit
-def _leave(ctx, exit_flags, counter, epoch, done_target):
+def _leave(ctx, exit_flags, counter, epoch, done_target, FLAGS: tl.constexpr):
     tl.debug_barrier()  # every thread's stores are done before this program's release
     done = tl.atomic_add(counter, 1, sem="acq_rel", scope="sys") + 1
     if done == done_target:
-        _arrive(ctx, exit_flags, epoch)
-        _await_all(ctx, exit_flags, epoch)
+        _arrive(ctx, exit_flags, epoch, FLAGS)
+        _await_all(ctx, exit_flags, epoch, FLAGS)
 
 
 @triton.jit
@@ -112,20 +116,20 @@ def _cast_out(acc, out_dtype: tl.constexpr):
 
 
 @triton.jit(do_not_specialize=("epoch",))
-def barrier_kernel(context_ptr, entry, epoch):
+def barrier_kernel(context_ptr, entry, epoch, FLAGS: tl.constexpr):
     ctx = Context.initialize(context_ptr)
-    _arrive(ctx, entry, epoch)
-    _await_all(ctx, entry, epoch)
+    _arrive(ctx, entry, epoch, FLAGS)
+    _await_all(ctx, entry, epoch, FLAGS)
 
 
 @triton.jit(do_not_specialize=_COUNTERS)
 def one_shot_kernel(
     context_ptr, entry, exit_flags, counter, epoch, done_target, src, dst, N,
-    W: tl.constexpr, OP: tl.constexpr, ACC_F32: tl.constexpr, IS_FLOAT: tl.constexpr, BLOCK: tl.constexpr,
+    W: tl.constexpr, OP: tl.constexpr, ACC_F32: tl.constexpr, IS_FLOAT: tl.constexpr, FLAGS: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
     """dst (local) = op over ranks of src (every rank's staged copy of its input)."""
     ctx = Context.initialize(context_ptr)
-    _enter(ctx, entry, epoch)
+    _enter(ctx, entry, epoch, FLAGS)
     t = tl.program_id(0)
     while t < tl.cdiv(N, BLOCK):
         offs = t * BLOCK + tl.arange(0, BLOCK)
@@ -133,14 +137,14 @@ def one_shot_kernel(
         acc = _reduce_tile(ctx, src + offs, mask, W, OP, ACC_F32, IS_FLOAT)
         tl.store(dst + offs, _cast_out(acc, dst.dtype.element_ty), mask=mask)
         t += tl.num_programs(0)
-    _leave(ctx, exit_flags, counter, epoch, done_target)
+    _leave(ctx, exit_flags, counter, epoch, done_target, FLAGS)
 
 
 @triton.jit(do_not_specialize=_COUNTERS)
 def reduce_kernel(
     context_ptr, entry, exit_flags, counter, epoch, done_target, src, dst, N, chunk,
     PUSH: tl.constexpr, DST_CHUNKED: tl.constexpr,
-    W: tl.constexpr, OP: tl.constexpr, ACC_F32: tl.constexpr, IS_FLOAT: tl.constexpr, BLOCK: tl.constexpr,
+    W: tl.constexpr, OP: tl.constexpr, ACC_F32: tl.constexpr, IS_FLOAT: tl.constexpr, FLAGS: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
     """Reduce chunk ``rank`` (elements [rank*chunk, min((rank+1)*chunk, N))) of src over ranks.
 
@@ -149,7 +153,7 @@ def reduce_kernel(
     one but this rank touches this chunk) or only the local one (reduce_scatter).
     """
     ctx = Context.initialize(context_ptr)
-    _enter(ctx, entry, epoch)
+    _enter(ctx, entry, epoch, FLAGS)
     start = ctx.rank * chunk
     t = tl.program_id(0)
     while t < tl.cdiv(chunk, BLOCK):
@@ -168,20 +172,20 @@ def reduce_kernel(
         else:
             tl.store(where, out, mask=mask)
         t += tl.num_programs(0)
-    _leave(ctx, exit_flags, counter, epoch, done_target)
+    _leave(ctx, exit_flags, counter, epoch, done_target, FLAGS)
 
 
 @triton.jit(do_not_specialize=_COUNTERS)
 def gather_kernel(
     context_ptr, entry, exit_flags, counter, epoch, done_target, src, dst,
-    n, total, src_stride, src_offset, dst_stride, first, COUNT: tl.constexpr, BLOCK: tl.constexpr,
+    n, total, src_stride, src_offset, dst_stride, first, COUNT: tl.constexpr, FLAGS: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
     """For ranks r = first, first+1, ... (COUNT of them, mod W; unrolled, so their loads overlap):
     dst[r*dst_stride + i] = rank r's src[r*src_stride + src_offset + i], for i < n and
     r*dst_stride + i < total (all_gather, all_to_all, broadcast and the all-gather half of rs_ag).
     """
     ctx = Context.initialize(context_ptr)
-    _enter(ctx, entry, epoch)
+    _enter(ctx, entry, epoch, FLAGS)
     t = tl.program_id(0)
     while t < tl.cdiv(n, BLOCK):
         offs = t * BLOCK + tl.arange(0, BLOCK)
@@ -191,18 +195,18 @@ def gather_kernel(
             v = ctx.load(src + r * src_stride + src_offset + offs, r, mask=mask)
             tl.store(dst + r * dst_stride + offs, v, mask=mask)
         t += tl.num_programs(0)
-    _leave(ctx, exit_flags, counter, epoch, done_target)
+    _leave(ctx, exit_flags, counter, epoch, done_target, FLAGS)
 
 
 @triton.jit(do_not_specialize=_COUNTERS)
 def push_kernel(
     context_ptr, entry, exit_flags, counter, epoch, done_target, src, dst, n, dst_offset,
-    W: tl.constexpr, BLOCK: tl.constexpr,
+    W: tl.constexpr, FLAGS: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
     """Every rank's dst[dst_offset + i] = this rank's src[i], for i < n (all_gather into heap
     outputs: each input read once, from local memory, and stored into all W ranks)."""
     ctx = Context.initialize(context_ptr)
-    _enter(ctx, entry, epoch)
+    _enter(ctx, entry, epoch, FLAGS)
     t = tl.program_id(0)
     while t < tl.cdiv(n, BLOCK):
         offs = t * BLOCK + tl.arange(0, BLOCK)
@@ -211,4 +215,4 @@ def push_kernel(
         for j in tl.static_range(W):
             ctx.store(dst + dst_offset + offs, v, (ctx.rank + j) % W, mask=mask)
         t += tl.num_programs(0)
-    _leave(ctx, exit_flags, counter, epoch, done_target)
+    _leave(ctx, exit_flags, counter, epoch, done_target, FLAGS)

@@ -163,6 +163,8 @@ class _Launch:
         self.gpu = heap.device.type == "cuda"
         self.block = self.cfg.block_size or 4096
         self.warps = self.cfg.num_warps or (8 if self.gpu else 4)
+        # lanes that raise and poll the entry/exit flags of all ranks at once: a power of two
+        self.flags = 1 << max(0, heap.world_size - 1).bit_length()
 
     def programs(self, kernel, n: int, args, constexprs) -> int:
         tiles = max(1, -(-n // self.block))
@@ -181,6 +183,7 @@ class _Launch:
     def run(self, kernel, n: int, *args, **constexprs) -> None:
         ws = self.ws
         head = (self.heap.context, ws.entry, ws.exit, ws.counter)
+        constexprs = {**constexprs, "FLAGS": self.flags}
         p = self.programs(kernel, n, (*head, 2, 2, *args), constexprs)  # epoch, done: typical values
         epoch, done = ws.next_epoch(p)
         if self.gpu and DIRECT_LAUNCH:
@@ -381,7 +384,7 @@ def barrier(*, heap=None, config: Config | None = None) -> None:
     run = _Launch(heap, config, "barrier")
     ws = run.ws
     epoch, _ = ws.next_epoch(0)
-    run.k.barrier_kernel[(1,)](heap.context, ws.entry, epoch)
+    run.k.barrier_kernel[(1,)](heap.context, ws.entry, epoch, FLAGS=run.flags)
     if run.cfg.check_errors:
         _raise_timeouts(heap, ws, "barrier")
 

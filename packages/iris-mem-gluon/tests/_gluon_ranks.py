@@ -436,7 +436,9 @@ def check_wait_on_a_block(rank, world_size, free):
     result = heap.full((1,), 3, dtype=torch.int32)
     w = world_size
     for value, holds, missed in ((5, True, None), (6, False, 0), (8, False, 0)):
-        K.wait_block_kernel[(1,)](flags, value, result, heap.context, LANES=4, L=K.layout(4), FREE=free, num_warps=K.NUM_WARPS)
+        K.wait_block_kernel[(1,)](
+            flags, value, result, heap.context, LANES=4, L=K.layout(4), FREE=free, num_warps=K.NUM_WARPS
+        )
         if heap.device.type == "cuda":
             torch.cuda.synchronize(heap.device)
         assert result.item() == int(holds), f"block wait for >= {value} over [5, 9, 7] returned {result.item()}"

@@ -14,6 +14,9 @@ Time per call, on a GPU: every rank queues ``--reps`` calls back to back behind 
 them with CUDA events (``iris.heap.testing.time_launches``, the ranks agreeing on every sample), so
 the figure is the device time of a stream of collectives, as in nccl-tests' loop of calls, without
 the host's launch path (60-80 us per call on an H200 host) in it; the median of ``--iters`` samples.
+Each sample's calls follow one untimed call that lines the ranks' streams up: the ranks' spins end
+at different times, and without it the first timed call's wait for the last rank (a property of
+the benchmark's start, not of the collective) was spread over the ``--reps`` calls.
 The copy roofline is timed the same way. The small-message table adds ``call us``: one call at a
 time between CUDA events on an idle GPU, which does count the host's launch path (what a program
 that waits for each small all_reduce sees).

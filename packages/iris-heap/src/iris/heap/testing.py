@@ -269,6 +269,11 @@ def time_launches(fn, *, reps: int = 5, iters: int = 10, warmup: int = 1, device
     every rank calls with a float and that returns the largest of the ranks' values (a host
     all-reduce of max, e.g. over a gloo group). The ranks then start every sample together with
     the same spin and drop or keep each sample together, so all of them make the same calls.
+    Each sample then also makes one untimed call of ``fn`` between the spin and the timed calls:
+    the ranks' spins end at different times (they start when each host launches them), and a
+    collective's first call waits for the last rank, so that wait would be spread over the timed
+    calls. After the untimed call the ranks' streams are lined up by its own synchronization, and
+    the samples time what a steady stream of the collective takes.
     """
     import torch
 
@@ -306,6 +311,8 @@ def time_launches(fn, *, reps: int = 5, iters: int = 10, warmup: int = 1, device
                 spin = float(agree(spin))  # also lines the ranks up for this sample
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             torch.cuda._sleep(int(spin * rate))
+            if agree is not None:
+                fn()  # lines the ranks' streams up (see above); not timed
             start.record()
             for _ in range(reps):
                 fn()

@@ -144,7 +144,7 @@ def bad_inputs(rank, world_size, backend):
     from iris.ccl.workspace import workspace_of
 
     ccl.barrier()
-    epoch = workspace_of(heap).epoch
+    launched = workspace_of(heap).launched
     import pytest
 
     cases = [
@@ -218,7 +218,7 @@ def bad_inputs(rank, world_size, backend):
     for exc, match, call in cases:
         with pytest.raises(exc, match=match):
             call()
-    assert workspace_of(heap).epoch == epoch, "a rejected call must not launch anything"
+    assert workspace_of(heap).launched == launched, "a rejected call must not launch anything"
     y = heap.ones(5)
     ccl.all_reduce(y, config=cfg)  # still fine afterwards
     assert torch.equal(y.cpu(), torch.full((5,), float(w)))
@@ -316,3 +316,91 @@ def direct_launch(rank, world_size, backend):
     collectives.DIRECT_LAUNCH = True
     assert torch.equal(results[0], results[1]), "direct and JIT launches disagree"
     return True
+
+
+def relaunch(rank, world_size, backend):
+    """The epoch is read from the device, not passed in: launching a collective's kernel again
+    with the very same arguments (what a CUDA graph's replay does) synchronizes as a new
+    collective, and the host's collectives afterwards still pair up."""
+    from iris.ccl import collectives
+    from iris.ccl.workspace import workspace_of
+
+    heap = iris.heap.init(1 << 20)
+    w = world_size
+    cfg = ccl.Config(backend=backend, block_size=BLOCK)
+    ws = workspace_of(heap)
+    x = heap.ones(100)
+    ccl.all_reduce(x, config=cfg)
+    ccl.barrier(config=cfg)
+    before = ws.completed()
+    K = collectives._kernels(backend)
+    chunk = -(-x.numel() // w)
+    flags = 1 << max(0, w - 1).bit_length()
+    args = (heap.context, ws.entry, ws.exit, ws.state, x, x, x.numel(), chunk)
+    consts = dict(PUSH=True, DST_CHUNKED=True, W=w, OP=0, ACC_F32=False, IS_FLOAT=True, FLAGS=flags, BLOCK=BLOCK)
+    for i in range(3):  # the two_shot all_reduce's launch, three times with identical arguments
+        x.fill_(float(rank + i))
+        K.reduce_kernel[(2,)](*args, **consts)
+        heap.check_device_errors()
+        _check(x, torch.full((100,), float(sum(r + i for r in range(w)))), f"relaunch {i}")
+    assert ws.completed() == before + 3, (before, ws.completed())
+    assert int(ws.state[0].item()) == 0, "the last program resets the launch's count"
+    # every rank finished the relaunches (peers may already have entered the next collective)
+    assert ws.exit.cpu().tolist() == [before + 3] * w, ws.exit
+    assert int(ws.entry[rank].item()) == before + 3 and bool((ws.entry >= before + 3).all()), ws.entry
+    y = heap.full((70,), float(rank))
+    ccl.all_reduce(y, config=cfg)  # host-launched collectives still pair up with the peers'
+    _check(y, torch.full((70,), float(sum(range(w)))), "all_reduce after the relaunches")
+
+
+def cuda_graph(rank, world_size, backend):
+    """GPU: collectives captured into a CUDA graph and replayed (inputs refilled between replays)
+    give torch's results on every replay, heap and non-heap tensors alike, and eager collectives
+    before and after the replays are unaffected."""
+    heap = iris.heap.init(1 << 24)
+    w, dev = world_size, heap.device
+    cfg = ccl.Config(backend=backend)
+    a = heap.zeros(3000)  # two_shot in place
+    b = torch.zeros(5, 7, device=dev)  # staged through the workspace
+    g_in, g_out = heap.zeros(w * 256), heap.zeros(w * w * 256)
+    r_out = torch.zeros(256, device=dev)
+
+    def fill(i):
+        a.copy_(torch.arange(3000, device=dev) * 0 + rank + i)
+        b.copy_(torch.full((5, 7), float(rank * i + 1), device=dev))
+        g_in.copy_(torch.arange(w * 256, device=dev, dtype=torch.float32) + 1000 * rank + i)
+
+    def collectives():
+        ccl.all_reduce(a, config=cfg)
+        ccl.all_reduce(b, op="max", config=cfg)
+        ccl.all_gather(g_out, g_in, config=cfg)
+        ccl.reduce_scatter(r_out, g_in, config=cfg)
+        ccl.barrier(config=cfg)
+
+    def check(i):
+        _check(a, torch.full((3000,), float(sum(r + i for r in range(w)))), f"all_reduce, replay {i}")
+        _check(b, torch.full((5, 7), float(max(r * i + 1 for r in range(w)))), f"all_reduce max, replay {i}")
+        ins = [torch.arange(w * 256, dtype=torch.float32) + 1000 * r + i for r in range(w)]
+        _check(g_out, torch.cat(ins), f"all_gather, replay {i}")
+        _check(r_out, sum(x.chunk(w)[rank] for x in ins), f"reduce_scatter, replay {i}")
+
+    side = torch.cuda.Stream(dev)
+    side.wait_stream(torch.cuda.current_stream(dev))
+    with torch.cuda.stream(side):  # warm up (compiles, grows staging) off the default stream
+        fill(0)
+        collectives()
+    torch.cuda.current_stream(dev).wait_stream(side)
+    check(0)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        collectives()
+    for i in range(1, 6):
+        fill(i)
+        graph.replay()
+        heap.check_device_errors()
+        torch.cuda.synchronize(dev)
+        check(i)
+    fill(9)
+    collectives()  # eager again, after the replays
+    check(9)
+    dist.barrier(group=heap.group)

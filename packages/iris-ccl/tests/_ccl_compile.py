@@ -9,11 +9,9 @@ from triton.compiler import ASTSource
 TARGETS = {"cuda": GPUTarget("cuda", 90, 32), "hip": GPUTarget("hip", "gfx942", 64)}
 _HEAD = {
     "context_ptr": "*i64",
-    "entry": "*i32",
-    "exit_flags": "*i32",
-    "counter": "*i64",
-    "epoch": "i32",
-    "done_target": "i32",
+    "entry": "*i64",
+    "exit_flags": "*i64",
+    "state": "*i64",
 }
 _REDUCE_FLAGS = {
     "W": "constexpr",
@@ -32,7 +30,7 @@ def _aligned(signature):
 
 
 def cases(K):
-    out = [("barrier", K.barrier_kernel, {"context_ptr": "*i64", "entry": "*i32", "epoch": "i32", "FLAGS": "constexpr"},
+    out = [("barrier", K.barrier_kernel, {"context_ptr": "*i64", "entry": "*i64", "state": "*i64", "FLAGS": "constexpr"},
             {"FLAGS": 4})]  # fmt: skip
     for dt, op, acc, is_float in [
         ("fp32", 0, False, True),

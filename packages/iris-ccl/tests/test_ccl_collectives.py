@@ -34,3 +34,14 @@ def test_an_unchecked_barrier_leaves_a_timeout_for_the_next_check(world, backend
 @pytest.mark.parametrize("world_size", [2])
 def test_direct_launch_matches_the_jit_and_respects_alignment(world, backend, world_size):
     assert world.run(_ccl_cases.direct_launch, world_size, backend) == [True] * world_size
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_a_relaunch_with_the_same_arguments_synchronizes_as_a_new_collective(world, backend, world_size):
+    world.run(_ccl_cases.relaunch, world_size, backend)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_collectives_replayed_from_a_cuda_graph_match_torch(world, backend, world_size):
+    world.run(_ccl_cases.cuda_graph, world_size, backend)

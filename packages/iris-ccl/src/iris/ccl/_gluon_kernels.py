@@ -1,8 +1,9 @@
 """The collectives' kernels, in Gluon over ``iris.mem.gluon``.
 
 The same kernels, signatures and synchronization as ``iris.ccl._triton_kernels`` (read its
-docstring for the entry/exit protocol: epochs only grow, flags are never cleared, and no program
-waits on a later program of its own launch, so CPU ranks run them too).
+docstring for the entry/exit protocol: the epoch lives on the device, epochs only grow, flags are
+never cleared, and no program waits on a later program of its own launch, so CPU ranks run them
+too).
 
 Layouts are explicit in Gluon: every tile is a 1-D ``BlockedLayout`` built inside the kernel from
 ``BLOCK``, the launch's ``num_warps`` (``gl.num_warps()``) and the compile target's warp size
@@ -15,11 +16,6 @@ from triton.experimental.gluon import language as gl
 
 import iris.mem.gluon as img
 from iris.mem.gluon import Context
-
-#: Launch arguments that change on every call (the epoch, the cumulative programs-done target):
-#: not specialized on, or each new value class (==1, divisible by 16) would compile a variant
-#: mid-run (a compile costs the host hundreds of milliseconds, seen in a timed loop on the H200).
-_COUNTERS = ("epoch", "done_target")
 
 __all__ = ["barrier_kernel", "one_shot_kernel", "reduce_kernel", "gather_kernel", "push_kernel"]
 
@@ -73,19 +69,24 @@ def _await_all(ctx, flags, epoch, FLAGS: gl.constexpr):
 
 
 @gluon.jit
-def _enter(ctx, entry, epoch, FLAGS: gl.constexpr):
+def _enter(ctx, entry, state, FLAGS: gl.constexpr):
+    """This collective's epoch, once every rank has reached it (see ``_triton_kernels``)."""
+    epoch = gl.load(state + 1) + 1
     if gl.program_id(0) == 0:
         _arrive(ctx, entry, epoch, FLAGS)
     _await_all(ctx, entry, epoch, FLAGS)
+    return epoch
 
 
 @gluon.jit
-def _leave(ctx, exit_flags, counter, epoch, done_target, FLAGS: gl.constexpr):
+def _leave(ctx, exit_flags, state, epoch, FLAGS: gl.constexpr):
     img.barrier()  # every thread's stores are done before this program's release
-    done = ctx.atomic_add(counter, 1, ctx.rank, sem="acq_rel", scope="sys") + 1
-    if done == done_target:
+    done = ctx.atomic_add(state, 1, ctx.rank, sem="acq_rel", scope="sys") + 1
+    if done == gl.num_programs(0):  # the last program of the launch: every other one has counted itself
         _arrive(ctx, exit_flags, epoch, FLAGS)
         _await_all(ctx, exit_flags, epoch, FLAGS)
+        gl.store(state, epoch * 0)
+        gl.store(state + 1, epoch)  # read by the next launch in stream order
 
 
 @gluon.jit
@@ -138,22 +139,25 @@ def _cast_out(acc, out_dtype: gl.constexpr):
     return out
 
 
-@gluon.jit(do_not_specialize=("epoch",))
-def barrier_kernel(context_ptr, entry, epoch, FLAGS: gl.constexpr):
+@gluon.jit
+def barrier_kernel(context_ptr, entry, state, FLAGS: gl.constexpr):
+    """One program: raise this rank's entry flag in every rank, wait for every rank's."""
     ctx = Context.initialize(context_ptr)
+    epoch = gl.load(state + 1) + 1
     _arrive(ctx, entry, epoch, FLAGS)
     _await_all(ctx, entry, epoch, FLAGS)
+    gl.store(state + 1, epoch)
 
 
-@gluon.jit(do_not_specialize=_COUNTERS)
+@gluon.jit
 def one_shot_kernel(
-    context_ptr, entry, exit_flags, counter, epoch, done_target, src, dst, N,
+    context_ptr, entry, exit_flags, state, src, dst, N,
     W: gl.constexpr, OP: gl.constexpr, ACC_F32: gl.constexpr, IS_FLOAT: gl.constexpr, FLAGS: gl.constexpr, BLOCK: gl.constexpr,
 ):  # fmt: skip
     """dst (local) = op over ranks of src (every rank's staged copy of its input)."""
     ctx = Context.initialize(context_ptr)
     L: gl.constexpr = _tile_layout(BLOCK, gl.num_warps(), src.dtype.element_ty)
-    _enter(ctx, entry, epoch, FLAGS)
+    epoch = _enter(ctx, entry, state, FLAGS)
     t = gl.program_id(0)
     while t < gl.cdiv(N, BLOCK):
         offs = t * BLOCK + gl.arange(0, BLOCK, layout=L)
@@ -161,12 +165,12 @@ def one_shot_kernel(
         acc = _reduce_tile(ctx, src + offs, mask, W, OP, ACC_F32, IS_FLOAT)
         gl.store(dst + offs, _cast_out(acc, dst.dtype.element_ty), mask=mask)
         t += gl.num_programs(0)
-    _leave(ctx, exit_flags, counter, epoch, done_target, FLAGS)
+    _leave(ctx, exit_flags, state, epoch, FLAGS)
 
 
-@gluon.jit(do_not_specialize=_COUNTERS)
+@gluon.jit
 def reduce_kernel(
-    context_ptr, entry, exit_flags, counter, epoch, done_target, src, dst, N, chunk,
+    context_ptr, entry, exit_flags, state, src, dst, N, chunk,
     PUSH: gl.constexpr, DST_CHUNKED: gl.constexpr,
     W: gl.constexpr, OP: gl.constexpr, ACC_F32: gl.constexpr, IS_FLOAT: gl.constexpr, FLAGS: gl.constexpr, BLOCK: gl.constexpr,
 ):  # fmt: skip
@@ -178,7 +182,7 @@ def reduce_kernel(
     """
     ctx = Context.initialize(context_ptr)
     L: gl.constexpr = _tile_layout(BLOCK, gl.num_warps(), src.dtype.element_ty)
-    _enter(ctx, entry, epoch, FLAGS)
+    epoch = _enter(ctx, entry, state, FLAGS)
     start = ctx.rank * chunk
     t = gl.program_id(0)
     while t < gl.cdiv(chunk, BLOCK):
@@ -197,12 +201,12 @@ def reduce_kernel(
         else:
             gl.store(where, out, mask=mask)
         t += gl.num_programs(0)
-    _leave(ctx, exit_flags, counter, epoch, done_target, FLAGS)
+    _leave(ctx, exit_flags, state, epoch, FLAGS)
 
 
-@gluon.jit(do_not_specialize=_COUNTERS)
+@gluon.jit
 def gather_kernel(
-    context_ptr, entry, exit_flags, counter, epoch, done_target, src, dst,
+    context_ptr, entry, exit_flags, state, src, dst,
     n, total, src_stride, src_offset, dst_stride, first, COUNT: gl.constexpr, FLAGS: gl.constexpr, BLOCK: gl.constexpr,
 ):  # fmt: skip
     """For ranks r = first, first+1, ... (COUNT of them, mod W; unrolled, so their loads overlap):
@@ -211,7 +215,7 @@ def gather_kernel(
     """
     ctx = Context.initialize(context_ptr)
     L: gl.constexpr = _tile_layout(BLOCK, gl.num_warps(), src.dtype.element_ty)
-    _enter(ctx, entry, epoch, FLAGS)
+    epoch = _enter(ctx, entry, state, FLAGS)
     t = gl.program_id(0)
     while t < gl.cdiv(n, BLOCK):
         offs = t * BLOCK + gl.arange(0, BLOCK, layout=L)
@@ -221,19 +225,19 @@ def gather_kernel(
             v = ctx.load(src + r * src_stride + src_offset + offs, r, mask=mask)
             gl.store(dst + r * dst_stride + offs, v, mask=mask)
         t += gl.num_programs(0)
-    _leave(ctx, exit_flags, counter, epoch, done_target, FLAGS)
+    _leave(ctx, exit_flags, state, epoch, FLAGS)
 
 
-@gluon.jit(do_not_specialize=_COUNTERS)
+@gluon.jit
 def push_kernel(
-    context_ptr, entry, exit_flags, counter, epoch, done_target, src, dst, n, dst_offset,
+    context_ptr, entry, exit_flags, state, src, dst, n, dst_offset,
     W: gl.constexpr, FLAGS: gl.constexpr, BLOCK: gl.constexpr,
 ):  # fmt: skip
     """Every rank's dst[dst_offset + i] = this rank's src[i], for i < n (all_gather into heap
     outputs: each input read once, from local memory, and stored into all W ranks)."""
     ctx = Context.initialize(context_ptr)
     L: gl.constexpr = _tile_layout(BLOCK, gl.num_warps(), src.dtype.element_ty)
-    _enter(ctx, entry, epoch, FLAGS)
+    epoch = _enter(ctx, entry, state, FLAGS)
     t = gl.program_id(0)
     while t < gl.cdiv(n, BLOCK):
         offs = t * BLOCK + gl.arange(0, BLOCK, layout=L)
@@ -242,4 +246,4 @@ def push_kernel(
         for j in gl.static_range(W):
             ctx.store(dst + dst_offset + offs, v, (ctx.rank + j) % W, mask=mask)
         t += gl.num_programs(0)
-    _leave(ctx, exit_flags, counter, epoch, done_target, FLAGS)
+    _leave(ctx, exit_flags, state, epoch, FLAGS)

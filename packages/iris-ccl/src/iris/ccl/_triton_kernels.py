@@ -2,16 +2,19 @@
 
 Every launch synchronizes with the peers on the device, in stream order:
 
-- entry: program 0 writes this collective's epoch into ``entry[rank]`` of every rank; every
-  program waits (bounded) until every rank's epoch has arrived, so no peer's buffer is read or
-  written before that peer reached the collective (its earlier stream work is done).
-- exit: each program bumps the local ``counter``; the last one of the launch writes the epoch into
+- entry: every program reads this collective's epoch, one past the last one this rank completed
+  (``state[1]``); program 0 writes it into ``entry[rank]`` of every rank; every program waits
+  (bounded) until every rank's epoch has arrived, so no peer's buffer is read or written before
+  that peer reached the collective (its earlier stream work is done).
+- exit: each program bumps ``state[0]``; the last one of the launch writes the epoch into
   ``exit[rank]`` of every rank and waits for every rank's, so no rank returns (and lets later
-  work reuse its buffers) while a peer may still read or write them.
+  work reuse its buffers) while a peer may still read or write them. It then resets ``state[0]``
+  and stores the epoch into ``state[1]`` for the next launch in the stream.
 
-Epochs only grow and flags are never cleared, so no wake-up is lost. Waiting only on other ranks,
-never on a later program of the same launch, keeps this correct under Triton's interpreter, which
-runs a launch's programs one after another.
+The epoch lives on the device, not in the launch's arguments, so a launch replayed from a CUDA
+graph synchronizes as a fresh one does. Epochs (int64) only grow and flags are never cleared, so
+no wake-up is lost. Waiting only on other ranks, never on a later program of the same launch,
+keeps this correct under Triton's interpreter, which runs a launch's programs one after another.
 
 ``iris.ccl._gluon_kernels`` has the same kernels with the same signatures in Gluon.
 """
@@ -20,11 +23,6 @@ import triton
 import triton.language as tl
 
 from iris.mem.triton import Context
-
-#: Launch arguments that change on every call (the epoch, the cumulative programs-done target):
-#: not specialized on, or each new value class (==1, divisible by 16) would compile a variant
-#: mid-run (a compile costs the host hundreds of milliseconds, seen in a timed loop on the H200).
-_COUNTERS = ("epoch", "done_target")
 
 __all__ = ["barrier_kernel", "one_shot_kernel", "reduce_kernel", "gather_kernel", "push_kernel"]
 
@@ -50,19 +48,24 @@ def _await_all(ctx, flags, epoch, FLAGS: tl.constexpr):
 
 
 @triton.jit
-def _enter(ctx, entry, epoch, FLAGS: tl.constexpr):
+def _enter(ctx, entry, state, FLAGS: tl.constexpr):
+    """This collective's epoch, once every rank has reached it (see the module's docstring)."""
+    epoch = tl.load(state + 1) + 1
     if tl.program_id(0) == 0:
         _arrive(ctx, entry, epoch, FLAGS)
     _await_all(ctx, entry, epoch, FLAGS)
+    return epoch
 
 
 @triton.jit
-def _leave(ctx, exit_flags, counter, epoch, done_target, FLAGS: tl.constexpr):
+def _leave(ctx, exit_flags, state, epoch, FLAGS: tl.constexpr):
     tl.debug_barrier()  # every thread's stores are done before this program's release
-    done = tl.atomic_add(counter, 1, sem="acq_rel", scope="sys") + 1
-    if done == done_target:
+    done = tl.atomic_add(state, 1, sem="acq_rel", scope="sys") + 1
+    if done == tl.num_programs(0):  # the last program of the launch: every other one has counted itself
         _arrive(ctx, exit_flags, epoch, FLAGS)
         _await_all(ctx, exit_flags, epoch, FLAGS)
+        tl.store(state, epoch * 0)
+        tl.store(state + 1, epoch)  # read by the next launch in stream order
 
 
 @triton.jit
@@ -115,21 +118,24 @@ def _cast_out(acc, out_dtype: tl.constexpr):
     return out
 
 
-@triton.jit(do_not_specialize=("epoch",))
-def barrier_kernel(context_ptr, entry, epoch, FLAGS: tl.constexpr):
+@triton.jit
+def barrier_kernel(context_ptr, entry, state, FLAGS: tl.constexpr):
+    """One program: raise this rank's entry flag in every rank, wait for every rank's."""
     ctx = Context.initialize(context_ptr)
+    epoch = tl.load(state + 1) + 1
     _arrive(ctx, entry, epoch, FLAGS)
     _await_all(ctx, entry, epoch, FLAGS)
+    tl.store(state + 1, epoch)
 
 
-@triton.jit(do_not_specialize=_COUNTERS)
+@triton.jit
 def one_shot_kernel(
-    context_ptr, entry, exit_flags, counter, epoch, done_target, src, dst, N,
+    context_ptr, entry, exit_flags, state, src, dst, N,
     W: tl.constexpr, OP: tl.constexpr, ACC_F32: tl.constexpr, IS_FLOAT: tl.constexpr, FLAGS: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
     """dst (local) = op over ranks of src (every rank's staged copy of its input)."""
     ctx = Context.initialize(context_ptr)
-    _enter(ctx, entry, epoch, FLAGS)
+    epoch = _enter(ctx, entry, state, FLAGS)
     t = tl.program_id(0)
     while t < tl.cdiv(N, BLOCK):
         offs = t * BLOCK + tl.arange(0, BLOCK)
@@ -137,12 +143,12 @@ def one_shot_kernel(
         acc = _reduce_tile(ctx, src + offs, mask, W, OP, ACC_F32, IS_FLOAT)
         tl.store(dst + offs, _cast_out(acc, dst.dtype.element_ty), mask=mask)
         t += tl.num_programs(0)
-    _leave(ctx, exit_flags, counter, epoch, done_target, FLAGS)
+    _leave(ctx, exit_flags, state, epoch, FLAGS)
 
 
-@triton.jit(do_not_specialize=_COUNTERS)
+@triton.jit
 def reduce_kernel(
-    context_ptr, entry, exit_flags, counter, epoch, done_target, src, dst, N, chunk,
+    context_ptr, entry, exit_flags, state, src, dst, N, chunk,
     PUSH: tl.constexpr, DST_CHUNKED: tl.constexpr,
     W: tl.constexpr, OP: tl.constexpr, ACC_F32: tl.constexpr, IS_FLOAT: tl.constexpr, FLAGS: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
@@ -153,7 +159,7 @@ def reduce_kernel(
     one but this rank touches this chunk) or only the local one (reduce_scatter).
     """
     ctx = Context.initialize(context_ptr)
-    _enter(ctx, entry, epoch, FLAGS)
+    epoch = _enter(ctx, entry, state, FLAGS)
     start = ctx.rank * chunk
     t = tl.program_id(0)
     while t < tl.cdiv(chunk, BLOCK):
@@ -172,12 +178,12 @@ def reduce_kernel(
         else:
             tl.store(where, out, mask=mask)
         t += tl.num_programs(0)
-    _leave(ctx, exit_flags, counter, epoch, done_target, FLAGS)
+    _leave(ctx, exit_flags, state, epoch, FLAGS)
 
 
-@triton.jit(do_not_specialize=_COUNTERS)
+@triton.jit
 def gather_kernel(
-    context_ptr, entry, exit_flags, counter, epoch, done_target, src, dst,
+    context_ptr, entry, exit_flags, state, src, dst,
     n, total, src_stride, src_offset, dst_stride, first, COUNT: tl.constexpr, FLAGS: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
     """For ranks r = first, first+1, ... (COUNT of them, mod W; unrolled, so their loads overlap):
@@ -185,7 +191,7 @@ def gather_kernel(
     r*dst_stride + i < total (all_gather, all_to_all, broadcast and the all-gather half of rs_ag).
     """
     ctx = Context.initialize(context_ptr)
-    _enter(ctx, entry, epoch, FLAGS)
+    epoch = _enter(ctx, entry, state, FLAGS)
     t = tl.program_id(0)
     while t < tl.cdiv(n, BLOCK):
         offs = t * BLOCK + tl.arange(0, BLOCK)
@@ -195,18 +201,18 @@ def gather_kernel(
             v = ctx.load(src + r * src_stride + src_offset + offs, r, mask=mask)
             tl.store(dst + r * dst_stride + offs, v, mask=mask)
         t += tl.num_programs(0)
-    _leave(ctx, exit_flags, counter, epoch, done_target, FLAGS)
+    _leave(ctx, exit_flags, state, epoch, FLAGS)
 
 
-@triton.jit(do_not_specialize=_COUNTERS)
+@triton.jit
 def push_kernel(
-    context_ptr, entry, exit_flags, counter, epoch, done_target, src, dst, n, dst_offset,
+    context_ptr, entry, exit_flags, state, src, dst, n, dst_offset,
     W: tl.constexpr, FLAGS: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
     """Every rank's dst[dst_offset + i] = this rank's src[i], for i < n (all_gather into heap
     outputs: each input read once, from local memory, and stored into all W ranks)."""
     ctx = Context.initialize(context_ptr)
-    _enter(ctx, entry, epoch, FLAGS)
+    epoch = _enter(ctx, entry, state, FLAGS)
     t = tl.program_id(0)
     while t < tl.cdiv(n, BLOCK):
         offs = t * BLOCK + tl.arange(0, BLOCK)
@@ -215,4 +221,4 @@ def push_kernel(
         for j in tl.static_range(W):
             ctx.store(dst + dst_offset + offs, v, (ctx.rank + j) % W, mask=mask)
         t += tl.num_programs(0)
-    _leave(ctx, exit_flags, counter, epoch, done_target, FLAGS)
+    _leave(ctx, exit_flags, state, epoch, FLAGS)

@@ -182,16 +182,21 @@ class _Launch:
 
     def run(self, kernel, n: int, *args, **constexprs) -> None:
         ws = self.ws
-        head = (self.heap.context, ws.entry, ws.exit, ws.counter)
+        head = (self.heap.context, ws.entry, ws.exit, ws.state)
         constexprs = {**constexprs, "FLAGS": self.flags}
-        p = self.programs(kernel, n, (*head, 2, 2, *args), constexprs)  # epoch, done: typical values
-        epoch, done = ws.next_epoch(p)
+        p = self.programs(kernel, n, (*head, *args), constexprs)
+        ws.launched += 1
         if self.gpu and DIRECT_LAUNCH:
-            _launch.launch(kernel, (p,), (*head, epoch, done, *args), {"BLOCK": self.block, **constexprs}, self.warps)
+            _launch.launch(kernel, (p,), (*head, *args), {"BLOCK": self.block, **constexprs}, self.warps)
         else:
-            kernel[(p,)](*head, epoch, done, *args, BLOCK=self.block, num_warps=self.warps, **constexprs)
-        if self.cfg.check_errors:
-            _raise_timeouts(self.heap, ws, self.name)
+            kernel[(p,)](*head, *args, BLOCK=self.block, num_warps=self.warps, **constexprs)
+        self.check()
+
+    def check(self) -> None:
+        """``config.check_errors``: raise a timeout now (a host sync); not while capturing a CUDA
+        graph, which cannot sync (the next checked collective or heap.check_device_errors() will)."""
+        if self.cfg.check_errors and not (self.gpu and torch.cuda.is_current_stream_capturing()):
+            _raise_timeouts(self.heap, self.ws, self.name)
 
 
 def _raise_timeouts(heap, ws: Workspace, name: str) -> None:
@@ -205,7 +210,7 @@ def _raise_timeouts(heap, ws: Workspace, name: str) -> None:
         doing = "reach" if phase == "entry" else "finish"
         raise CollectiveTimeoutError(
             f"{name} timed out on rank {heap.rank}: rank {missing} did not {doing} it within about "
-            f"{heap.wait_timeout:g} s (collective #{ws.epoch} on this heap). Rank {missing} crashed, "
+            f"{heap.wait_timeout:g} s (collective #{ws.completed()} on this heap or one before it). Rank {missing} crashed, "
             "is stuck, or called a different collective. Call iris.ccl.reset() on every rank before "
             "the next collective; heap.wait_timeout sets the bound.",
             collective=name, missing_rank=missing, rank=heap.rank, offset=e.offset, value=e.value,
@@ -383,10 +388,9 @@ def barrier(*, heap=None, config: Config | None = None) -> None:
     heap = _heap(heap)
     run = _Launch(heap, config, "barrier")
     ws = run.ws
-    epoch, _ = ws.next_epoch(0)
-    run.k.barrier_kernel[(1,)](heap.context, ws.entry, epoch, FLAGS=run.flags)
-    if run.cfg.check_errors:
-        _raise_timeouts(heap, ws, "barrier")
+    ws.launched += 1
+    run.k.barrier_kernel[(1,)](heap.context, ws.entry, ws.state, FLAGS=run.flags)
+    run.check()
 
 
 def reset(*, heap=None) -> None:

@@ -23,6 +23,7 @@ class Config:
     - ``check_errors``: after each collective, read the device error word (a device sync on
       GPUs) and raise a timeout naming the missing rank. Turn off only to time kernels back to
       back; errors then surface at the next check (``heap.barrier()``, ``ccl.barrier()``).
+      Skipped while the stream captures a CUDA graph (which cannot sync).
     """
 
     variant: str = "auto"

@@ -10,6 +10,8 @@ import weakref
 
 import torch
 
+import iris.heap
+
 __all__ = ["Workspace", "workspace_of"]
 
 _workspaces: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -18,56 +20,69 @@ _workspaces: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 class Workspace:
     """Flags and staging memory of one heap.
 
-    - ``entry[r]`` / ``exit[r]`` (int32): the last epoch at which rank r arrived at / finished a
+    - ``entry[r]`` / ``exit[r]`` (int64): the last epoch at which rank r arrived at / finished a
       collective; written by rank r into every rank's copy, only ever increasing, never cleared.
-    - ``counter`` (int64): programs of this rank's collective launches that have finished, so the
-      last program of a launch knows it is last (``done_target``).
+    - ``state`` (int64, read and written by this rank's kernels only): ``[0]`` the programs of the
+      running launch that have finished, so the last one knows it is last; ``[1]`` the epoch of
+      the last collective this rank completed. Kept on the device, so launches replayed from a
+      CUDA graph count as new collectives.
+    - ``launched``: collectives this host has launched (for checks and messages; graph replays
+      are not counted).
+    - staging buffers, one per role, grown by doubling. An outgrown buffer is kept, not freed: a
+      CUDA graph captured earlier may still copy through it. Kept buffers add up to less than
+      the current one, and every rank keeps the same ones, whatever it captured.
     """
 
     def __init__(self, heap):
         self.heap = heap
         w = heap.world_size
-        self.entry = heap.zeros(w, dtype=torch.int32)
-        self.exit = heap.zeros(w, dtype=torch.int32)
-        self.counter = heap.zeros(1, dtype=torch.int64)
-        self.epoch = 0
-        self.done = 0
+        self.entry = heap.zeros(w, dtype=torch.int64)
+        self.exit = heap.zeros(w, dtype=torch.int64)
+        self.state = heap.zeros(2, dtype=torch.int64)
+        self.launched = 0
         self._staging: dict[str, torch.Tensor] = {}
+        self._outgrown: list[torch.Tensor] = []
         self.ranks_per_device = _ranks_per_device(heap)
         gpu = heap.device.type == "cuda"
         self.multiprocessors = torch.cuda.get_device_properties(heap.device).multi_processor_count if gpu else 1
         heap.barrier()  # every rank's flags exist (and are zero) before any rank signals them
-
-    def next_epoch(self, programs: int) -> tuple[int, int]:
-        """The epoch of the next collective and its launch's cumulative ``done_target``."""
-        self.epoch += 1
-        self.done += programs
-        return self.epoch, self.done
 
     def staging(self, role: str, like: torch.Tensor) -> torch.Tensor:
         """A heap buffer shaped like ``like`` for ``role`` ("in", "out"), grown on demand."""
         nbytes = like.numel() * like.element_size()
         buf = self._staging.get(role)
         if buf is None or buf.numel() < nbytes:
+            grown = None
+            if buf is not None and 2 * buf.numel() > nbytes:
+                try:  # doubling bounds what outgrown buffers hold; every rank fails alike
+                    grown = self.heap.empty(2 * buf.numel(), dtype=torch.uint8)
+                except iris.heap.HeapExhaustedError:
+                    pass
+            if grown is None:
+                grown = self.heap.empty(max(nbytes, 1), dtype=torch.uint8)
             if buf is not None:
-                self.heap.free(buf)
-            buf = self._staging[role] = self.heap.empty(max(nbytes, 1), dtype=torch.uint8)
+                self._outgrown.append(buf)
+            buf = self._staging[role] = grown
         return buf[:nbytes].view(like.dtype).view(like.shape)
+
+    def completed(self) -> int:
+        """The epoch of the last collective this rank's device completed (a host sync)."""
+        return int(self.state[1].item())
 
     def flag_owner(self, offset: int) -> tuple[str, int] | None:
         """Which flag (``"entry"``/``"exit"``, rank) sits at heap ``offset``, if any."""
         for name, flags in (("entry", self.entry), ("exit", self.exit)):
             start = self.heap.offset(flags)
-            if start <= offset < start + flags.numel() * 4:
-                return name, (offset - start) // 4
+            size = flags.element_size()
+            if start <= offset < start + flags.numel() * size:
+                return name, (offset - start) // size
         return None
 
     def reset(self) -> None:
         self.entry.zero_()
         self.exit.zero_()
-        self.counter.zero_()
-        self.epoch = 0
-        self.done = 0
+        self.state.zero_()
+        self.launched = 0
 
 
 def _ranks_per_device(heap) -> int:

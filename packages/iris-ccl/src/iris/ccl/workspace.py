@@ -28,9 +28,10 @@ class Workspace:
       CUDA graph count as new collectives.
     - ``launched``: collectives this host has launched (for checks and messages; graph replays
       are not counted).
-    - staging buffers, one per role, grown by doubling. An outgrown buffer is kept, not freed: a
-      CUDA graph captured earlier may still copy through it. Kept buffers add up to less than
-      the current one, and every rank keeps the same ones, whatever it captured.
+    - staging buffers, one per role, grown by doubling (to the exact size instead when the heap
+      cannot hold double). An outgrown buffer is kept, not freed: a CUDA graph captured earlier
+      may still copy through it. While every growth doubles, kept buffers add up to less than
+      the current one; every rank keeps the same ones, whatever it captured.
     """
 
     def __init__(self, heap):

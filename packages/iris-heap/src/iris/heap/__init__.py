@@ -21,7 +21,8 @@ from .errors import (
     NotOnHeapError,
     WaitTimeoutError,
 )
-from .heap import HeapStats, SymmetricHeap, default_heap, init
+from .device_errors import DeviceError, Watchdog
+from .heap import HeapStats, Reservation, SymmetricHeap, default_heap, init
 
 __version__ = "0.1.0"
 
@@ -29,14 +30,17 @@ __all__ = [
     "ALIGNMENT",
     "CONTEXT_ABI_VERSION",
     "AsymmetricHeapError",
+    "DeviceError",
     "DoubleFreeError",
     "HeapClosedError",
     "HeapError",
     "HeapExhaustedError",
     "HeapStats",
     "NotOnHeapError",
+    "Reservation",
     "SymmetricHeap",
     "WaitTimeoutError",
+    "Watchdog",
     "context",
     "default_heap",
     "init",

@@ -33,6 +33,12 @@ class BlockAllocator:
         self._used_blocks: dict[int, int] = {}
         self.used = 0
         self.peak = 0
+        #: End of the highest block ``allocate`` ever handed out, and start of the lowest block
+        #: ``allocate_top`` ever did: memory between them was never handed out since the region
+        #: was made (so it still holds what the region was created with: zeros).
+        self.low_high_water = 0
+        self.top_low_water = self.size
+        self.last_top_untouched = False
 
     def allocate(self, nbytes: int) -> int | None:
         """Reserve a block for ``nbytes``; its offset, or ``None`` when no free block is large enough."""
@@ -53,8 +59,35 @@ class BlockAllocator:
                 self.used = used = self.used + length
                 if used > self.peak:
                     self.peak = used
+                if start + length > self.low_high_water:
+                    self.low_high_water = start + length
                 return start
             i += 1
+        return None
+
+    def allocate_top(self, nbytes: int) -> int | None:
+        """Like :meth:`allocate`, from the other end: the end of the highest free block that is
+        large enough (library state grows down from the top, the user's tensors up from 0)."""
+        mask = self.alignment - 1
+        length = (nbytes + mask) & ~mask or self.alignment
+        free, starts = self._free, self._starts
+        for i in range(len(starts) - 1, -1, -1):
+            start = starts[i]
+            have = free[start]
+            if have >= length:
+                if have == length:
+                    del free[start]
+                    del starts[i]
+                else:
+                    free[start] = have - length
+                offset = start + have - length
+                self._used_blocks[offset] = length
+                self.used += length
+                self.peak = max(self.peak, self.used)
+                #: Whether the block just returned had never been handed out before.
+                self.last_top_untouched = offset >= self.low_high_water and offset + length <= self.top_low_water
+                self.top_low_water = min(self.top_low_water, offset)
+                return offset
         return None
 
     def release(self, offset: int) -> int:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -12,6 +14,7 @@ import torch
 from . import context as abi
 from .allocator import ALIGNMENT, BlockAllocator
 from .bootstrap import ControlGroup, join, pick_device
+from .device_errors import DeviceError, ErrorRecord, Watchdog
 from .errors import (
     AsymmetricHeapError,
     DoubleFreeError,
@@ -24,11 +27,12 @@ from .errors import (
 from .factories import TensorFactories
 from .transport import select
 
-__all__ = ["SymmetricHeap", "HeapStats", "init", "default_heap"]
+__all__ = ["SymmetricHeap", "HeapStats", "Reservation", "init", "default_heap"]
 
 DEFAULT_WAIT_TIMEOUT = 60.0  # seconds; IRIS_WAIT_TIMEOUT overrides
+_MAX_WAIT_TIMEOUT = 1e9  # seconds (about 31 years): the bound in nanoseconds stays far inside int64
 
-_default: SymmetricHeap | None = None
+_open: list[weakref.ref] = []  # every heap still open in this process, oldest first
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,20 @@ class HeapStats:
     live_allocations: int
     quarantined_allocations: int
     quarantined_bytes: int
+    reserved_bytes: int = 0  # library state (heap.reserve), included in used
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """A block of library state made by ``heap.reserve``: where it is and whether it was fresh."""
+
+    name: str
+    offset: int
+    nbytes: int
+    tensor: torch.Tensor
+    #: True when the block had never been handed out since the heap was made, so it held zeros on
+    #: every rank without anyone writing them (no barrier needed before peers signal into it).
+    untouched: bool
 
 
 def init(size: int = 1 << 30, *, device=None, group=None, transport: str = "auto") -> SymmetricHeap:
@@ -59,9 +77,11 @@ def init(size: int = 1 << 30, *, device=None, group=None, transport: str = "auto
 
 def default_heap() -> SymmetricHeap:
     """The most recently created heap that is still open."""
-    if _default is None:
-        raise HeapError("no open heap: call iris.heap.init() first, or pass heap= explicitly")
-    return _default
+    for ref in reversed(_open):
+        heap = ref()
+        if heap is not None and not heap._closed:
+            return heap
+    raise HeapError("no open heap: call iris.heap.init() first, or pass heap= explicitly")
 
 
 class SymmetricHeap(TensorFactories):
@@ -93,13 +113,24 @@ class SymmetricHeap(TensorFactories):
         self.transport = self._transport.name
         self._bases = list(self._transport.bases)
         self._base = self._bases[self.rank]
+        self._reserved: dict[str, Reservation] = {}
+        self._record = ErrorRecord(self.device)
+        self._translators: list[Callable] = []
+        self._pending: BaseException | None = None  # a device error the watchdog found, raised next
+        self._error_lock = threading.Lock()  # the watchdog thread polls too
+        self._watchdog: Watchdog | None = None
         w = self.world_size
-        ctx = [self.rank, w, *self._bases] + [0] * (abi.context_length(w) - abi.BASES_INDEX - w)
+        ctx = [0] * abi.context_length(w)
+        ctx[abi.RANK_INDEX], ctx[abi.WORLD_SIZE_INDEX] = self.rank, w
+        ctx[abi.BASES_INDEX : abi.BASES_INDEX + w] = self._bases
+        ctx[abi.error_record_index(w)] = self._record.address
+        ctx[abi.status_index(w)] = abi.STATUS_OPEN
         self.context = torch.tensor(ctx, dtype=torch.int64).to(self.device)
+        self.context._iris_error_record = self._record  # lives as long as anything holds the context
         self.heap_bases = self.context[abi.BASES_INDEX : abi.BASES_INDEX + w]
         self._closed = False
-        self.wait_timeout = float(os.environ.get("IRIS_WAIT_TIMEOUT", DEFAULT_WAIT_TIMEOUT))
-        _default = self
+        self.wait_timeout = _env_wait_timeout()
+        _open.append(weakref.ref(self))
 
     # -- lifetime ---------------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -112,19 +143,25 @@ class SymmetricHeap(TensorFactories):
         Memory that live tensors still view stays mapped until they are gone, so a tensor
         kept past ``close`` never dangles; it just stops being part of a heap.
         """
-        global _default
         if self._closed:
             return
         try:
+            if self.watchdog_running:
+                self._watchdog.stop()
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
             self._control.barrier()
         finally:
             self._closed = True
+            # A kernel launched with this context from now on reaches only the addresses it was
+            # given (every base 0: translation is the identity) and records ERROR_HEAP_CLOSED.
+            w = self.world_size
+            self.context[abi.BASES_INDEX : abi.BASES_INDEX + w] = 0
+            self.context[abi.status_index(w)] = abi.STATUS_CLOSED
             self._transport.close()
             self._blocks.clear()
-            if _default is self:
-                _default = None
+            self._reserved.clear()
+            _open[:] = [r for r in _open if r() is not None and r() is not self]
 
     def __enter__(self) -> SymmetricHeap:
         return self
@@ -153,7 +190,7 @@ class SymmetricHeap(TensorFactories):
         self._blocks[offset] = (weakref.ref(owner), nbytes, dtype, shape)
         return t
 
-    def _exhausted(self, nbytes, shape, dtype) -> HeapExhaustedError:
+    def _exhausted(self, nbytes, shape, dtype, what: str = "") -> HeapExhaustedError:
         q = self._quarantined()
         qbytes = sum(self._alloc.length(o) for o in q)
         hint = (
@@ -163,7 +200,7 @@ class SymmetricHeap(TensorFactories):
             else " Free tensors with heap.free(), or create a larger heap."
         )
         return HeapExhaustedError(
-            f"cannot allocate {nbytes} bytes ({dtype}{list(shape)}) on rank {self.rank}'s heap: "
+            f"cannot allocate {nbytes} bytes ({what or f'{dtype}{list(shape)}'}) on rank {self.rank}'s heap: "
             f"{self._alloc.free_bytes} of {self.size} bytes free, the largest free block is "
             f"{self._alloc.largest_free_block} bytes.{hint}",
             requested=nbytes,
@@ -267,6 +304,9 @@ class SymmetricHeap(TensorFactories):
             if start <= offset < start + max(nbytes, 1):
                 state = "live" if ref() is not None else "dropped"
                 return f"byte {offset - start} of the {state} {dtype}{list(shape)} allocated at offset {start:#x}"
+        for res in self._reserved.values():
+            if res.offset <= offset < res.offset + res.nbytes:
+                return f"byte {offset - res.offset} of the library's reservation {res.name!r} at offset {res.offset:#x}"
         return f"offset {offset:#x}, in no allocation"
 
     def stats(self) -> HeapStats:
@@ -281,15 +321,28 @@ class SymmetricHeap(TensorFactories):
             live_allocations=len(self._blocks) - len(q),
             quarantined_allocations=len(q),
             quarantined_bytes=sum(self._alloc.length(o) for o in q),
+            reserved_bytes=sum(self._alloc.length(r.offset) for r in self._reserved.values()),
         )
 
     def _table(self) -> list[tuple]:
         return [(o, self._alloc.length(o), str(d), s) for o, (_, _, d, s) in sorted(self._blocks.items())]
 
     def check_symmetry(self) -> None:
-        """Collective: raise ``AsymmetricHeapError`` unless every rank's allocation table is the same."""
+        """Collective: raise ``AsymmetricHeapError`` unless every rank's allocation table is the same.
+
+        The library's reservations (``reserve``) are compared too, by name, offset and size.
+        """
         self._check_open()
-        tables = self._control.all_gather_object(self._table())
+        reserved = sorted((r.name, r.offset, r.nbytes) for r in self._reserved.values())
+        tables = self._control.all_gather_object((self._table(), reserved))
+        for r, (_, res) in enumerate(tables[1:], start=1):
+            if res != tables[0][1]:
+                raise AsymmetricHeapError(
+                    f"the library's reservations differ: rank 0 has {_reservations(tables[0][1])}, rank {r} has "
+                    f"{_reservations(res)}; every rank must make the same collectives and library calls "
+                    "(iris.ccl.reset() on every rank rebuilds the collectives' state)"
+                )
+        tables = [t for t, _ in tables]
         for r, table in enumerate(tables[1:], start=1):
             if table == tables[0]:
                 continue
@@ -304,9 +357,57 @@ class SymmetricHeap(TensorFactories):
                 "every rank must run the same sequence of allocations and frees"
             )
 
+    # -- library state -----------------------------------------------------------------------
+    def reserve(self, name: str, nbytes: int) -> torch.Tensor:
+        """A block of library state (flags, workspaces, staging) outside the user's allocations.
+
+        ``nbytes`` bytes (a uint8 tensor) taken from the top of the heap, so they never sit among
+        the user's tensors, do not appear in their allocation table and are not counted as live
+        allocations. Made once per ``name``: a later call with the same name returns the same
+        block (and may not ask for more). Allocation is rank-local, like the user's: ranks that
+        make the same reservations in the same order get the same offsets, which
+        ``check_symmetry()`` verifies. The block holds zeros: memory never handed out since the
+        heap was made is zero on every rank already (``reservations()[name].untouched``: peers may
+        signal into it at once); reused memory is zeroed here, on this rank only.
+        """
+        self._check_open()
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"reserve(): name must be a non-empty str, got {name!r}")
+        if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes <= 0:
+            raise ValueError(f"reserve(): nbytes must be a positive int, got {nbytes!r}")
+        have = self._reserved.get(name)
+        if have is not None:
+            if nbytes > have.nbytes:
+                raise ValueError(
+                    f"reserve(): {name!r} is already reserved with {have.nbytes} bytes, {nbytes} asked; "
+                    "reserve a new name for a larger block (or unreserve this one first)"
+                )
+            return have.tensor
+        offset = self._alloc.allocate_top(nbytes)
+        if offset is None:
+            raise self._exhausted(nbytes, (nbytes,), torch.uint8, what=f"reservation {name!r}")
+        untouched = self._alloc.last_top_untouched
+        tensor, _ = self._transport.view(self.rank, offset, nbytes, torch.uint8)
+        if not untouched:
+            tensor.zero_()
+        self._reserved[name] = Reservation(name, offset, nbytes, tensor, untouched)
+        return tensor
+
+    def unreserve(self, name: str) -> None:
+        """Give a reservation's block back to the heap (every rank, in the same order, as ``reserve``)."""
+        self._check_open()
+        have = self._reserved.pop(name, None)
+        if have is None:
+            raise KeyError(f"unreserve(): nothing is reserved under {name!r}; reserved: {sorted(self._reserved)}")
+        self._alloc.release(have.offset)
+
+    def reservations(self) -> dict[str, Reservation]:
+        """Every reservation of this rank, by name."""
+        return dict(self._reserved)
+
     # -- synchronisation and device-side errors ----------------------------------------------
     def barrier(self) -> None:
-        """Synchronize the device, then every rank; raises a device-side wait failure if one occurred."""
+        """Synchronize the device, then every rank; raises a device-side failure if one occurred."""
         self._check_open()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
@@ -314,53 +415,110 @@ class SymmetricHeap(TensorFactories):
         self.check_device_errors()
 
     @property
-    def wait_limit(self) -> int:
-        """Spin iterations after which a bounded device-side wait gives up (context extension)."""
-        return int(self.context[abi.wait_limit_index(self.world_size)].item())
-
-    @wait_limit.setter
-    def wait_limit(self, spins: int) -> None:
-        if isinstance(spins, bool) or not isinstance(spins, int) or spins <= 0:
-            raise ValueError(f"wait_limit must be a positive int, got {spins!r}")
-        self._check_open()
-        self.context[abi.wait_limit_index(self.world_size)] = spins
-
-    @property
     def wait_timeout(self) -> float:
-        """About how long (seconds) a device-side wait spins before giving up."""
-        return self.wait_limit / self._transport.spins_per_second
+        """Seconds a bounded device-side wait lasts before it gives up (by the device's clock).
+
+        Default 60 s; the environment variable ``IRIS_WAIT_TIMEOUT`` (seconds) sets the default.
+        Setting it takes effect for kernels launched afterwards, in stream order.
+        """
+        return self._wait_timeout
 
     @wait_timeout.setter
     def wait_timeout(self, seconds: float) -> None:
-        if not seconds > 0:
-            raise ValueError(f"wait_timeout must be a positive number of seconds, got {seconds!r}")
-        self.wait_limit = max(1, int(seconds * self._transport.spins_per_second))
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+            raise TypeError(f"wait_timeout must be a number of seconds, got {seconds!r}")
+        if not 0 < seconds <= _MAX_WAIT_TIMEOUT:  # also refuses NaN
+            raise ValueError(f"wait_timeout must be a positive number of seconds <= {_MAX_WAIT_TIMEOUT:g}, got {seconds!r}")
+        self._check_open()
+        self.context[abi.wait_timeout_index(self.world_size)] = max(1, round(seconds * 1e9))
+        self._wait_timeout = float(seconds)
+
+    def add_error_translator(self, translate: Callable) -> None:
+        """Let a layer above raise its own exceptions for its own device errors.
+
+        ``translate(heap, error: DeviceError)`` returns an exception to raise, or None to pass.
+        Translators are asked in the order they were added; the heap raises what none claims.
+        """
+        if not callable(translate):
+            raise TypeError(f"add_error_translator() takes a callable, got {translate!r}")
+        if translate not in self._translators:
+            self._translators.append(translate)
+
+    def _poll_device_error(self) -> BaseException | None:
+        """The pending device error as an exception (kept pending until raised). Never syncs."""
+        with self._error_lock:
+            if self._pending is None:
+                error = self._record.read()
+                if error is not None:
+                    self._pending = self._translate(error)
+                    self._record.clear()
+            return self._pending
 
     def check_device_errors(self) -> None:
-        """Raise (and clear) the first failure that device code recorded in the context.
+        """Raise (and clear) the first failure that device code recorded. Never waits for the device.
 
-        Reading it synchronizes with the device on CUDA; device layers call this after the
-        kernels that can fail.
+        It reads the host-visible error record, so it reports what the device has done so far: a
+        kernel still queued or running reports when it fails, to a later check (or the
+        watchdog). Works after ``close()`` too, to report a kernel that was given a closed heap's
+        context.
+        """
+        error = self._poll_device_error()
+        if error is None:
+            return
+        with self._error_lock:
+            self._pending = None
+        # Device code stops at once while the device-side word is set; clear it in stream order
+        # (after the kernels that failed) so that later launches run again.
+        self.context[abi.error_code_index(self.world_size)] = abi.ERROR_NONE
+        raise error
+
+    def _translate(self, error: DeviceError) -> BaseException:
+        for translate in self._translators:
+            exc = translate(self, error)
+            if exc is not None:
+                return exc
+        if error.code == abi.ERROR_WAIT_TIMEOUT:
+            return WaitTimeoutError(
+                f"rank {self.rank}: a device-side wait gave up after {error.aux / 1e9:.3g} s (the bound, "
+                f"heap.wait_timeout, is {self.wait_timeout:g} s) on {self.describe(error.detail)}, which still "
+                f"held {error.value}. The rank that should have signalled it never did: it crashed, stopped, or "
+                "ran a different operation. Check that every rank runs the same sequence of operations, or "
+                "raise heap.wait_timeout.",
+                rank=self.rank,
+                offset=error.detail,
+                value=error.value,
+            )
+        if error.code == abi.ERROR_HEAP_CLOSED:
+            return HeapClosedError(
+                f"rank {self.rank}: a kernel was launched with the context of a closed heap; it reached "
+                "no heap memory (every peer address was its own). Pass the context of an open heap."
+            )
+        return HeapError(
+            f"rank {self.rank}: device code recorded error {error.name} "
+            f"(detail {error.detail}, value {error.value}, peer {error.peer}, aux {error.aux})"
+        )
+
+    def watchdog(self, interval: float = 1.0, on_error: str = "raise") -> Watchdog:
+        """Start a thread that polls the error record every ``interval`` seconds (never a device sync).
+
+        On an error it logs it with the rank and the cause, then ``on_error="raise"`` marks the
+        heap failed (the next Iris call on this rank raises the error) and ``"abort"`` aborts the
+        process, so that a launcher such as torchrun tears the job down (as NCCL's asynchronous
+        error handling does). One watchdog per heap; ``close()`` stops it; returns it (``.stop()``).
         """
         self._check_open()
-        w = self.world_size
-        code_i, value_i = abi.error_code_index(w), abi.error_value_index(w)
-        code, detail, value = self.context[code_i : value_i + 1].tolist()  # code, detail, value are adjacent
-        if code == abi.ERROR_NONE:
-            return
-        self.context[code_i : value_i + 1] = 0
-        if code == abi.ERROR_WAIT_TIMEOUT:
-            raise WaitTimeoutError(
-                f"rank {self.rank}: a device-side wait gave up after {self.wait_limit} spins "
-                f"(about {self.wait_timeout:g} s) on {self.describe(detail)}, which still held {value}. "
-                "The rank that should have signalled it never did: it crashed, stopped, or ran a "
-                "different operation. Check that every rank runs the same sequence of collectives, "
-                "or raise heap.wait_timeout.",
-                rank=self.rank,
-                offset=detail,
-                value=value,
-            )
-        raise HeapError(f"rank {self.rank}: device code recorded error code {code} (detail {detail}, value {value})")
+        if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0 < interval <= 3600:
+            raise ValueError(f"watchdog(): interval must be a number of seconds in (0, 3600], got {interval!r}")
+        if on_error not in ("raise", "abort"):
+            raise ValueError(f"watchdog(): on_error must be 'raise' or 'abort', got {on_error!r}")
+        if self.watchdog_running:
+            raise HeapError("watchdog(): this heap's watchdog is already running; stop it first")
+        self._watchdog = Watchdog(self, float(interval), on_error)
+        return self._watchdog
+
+    @property
+    def watchdog_running(self) -> bool:
+        return self._watchdog is not None and self._watchdog.running
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{self._alloc.used}/{self.size} bytes used"
@@ -370,3 +528,21 @@ class SymmetricHeap(TensorFactories):
 def _entry(e) -> str:
     offset, length, dtype, shape = e
     return f"{dtype}{list(shape)} at offset {offset:#x} ({length} bytes)"
+
+
+def _reservations(entries) -> str:
+    return ", ".join(f"{name!r} at {offset:#x} ({nbytes} bytes)" for name, offset, nbytes in entries) or "none"
+
+
+def _env_wait_timeout() -> float:
+    """``IRIS_WAIT_TIMEOUT`` (seconds), else the default; a clear error for anything else."""
+    raw = os.environ.get("IRIS_WAIT_TIMEOUT")
+    if raw is None or not raw.strip():
+        return DEFAULT_WAIT_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"IRIS_WAIT_TIMEOUT must be a number of seconds, got {raw!r}") from None
+    if not 0 < value <= _MAX_WAIT_TIMEOUT:
+        raise ValueError(f"IRIS_WAIT_TIMEOUT must be in (0, {_MAX_WAIT_TIMEOUT:g}] seconds, got {raw!r}")
+    return value

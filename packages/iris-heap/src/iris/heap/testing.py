@@ -81,10 +81,13 @@ def _worker(rank: int, world_size: int, port: int, env: dict, tasks, results) ->
 
 
 def _close_default_heap() -> None:
+    """Close every heap the task left open (collective: every rank closes the same ones)."""
     from . import heap
 
-    if heap._default is not None:
-        heap._default.close()
+    for ref in list(heap._open):
+        h = ref()
+        if h is not None:
+            h.close()
 
 
 class World:

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 from .collectives import AUTO_VARIANTS, all_gather, all_reduce, all_to_all, barrier, broadcast, reduce_scatter, reset
 from .config import ALL_REDUCE_VARIANTS, BACKENDS, Config
-from .errors import CollectiveTimeoutError
+from .errors import CollectiveAbandonedError, CollectiveError, CollectiveMismatchError, CollectiveTimeoutError
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ALL_REDUCE_VARIANTS",
     "BACKENDS",
+    "CollectiveAbandonedError",
+    "CollectiveError",
+    "CollectiveMismatchError",
     "CollectiveTimeoutError",
     "Config",
     "AUTO_VARIANTS",

@@ -22,48 +22,219 @@ keeps this correct under Triton's interpreter, which runs a launch's programs on
 import triton
 import triton.language as tl
 
+from iris.heap import context as abi
 from iris.mem.triton import Context
+from iris.mem.triton import ops as mops
 
 __all__ = ["barrier_kernel", "one_shot_kernel", "reduce_kernel", "gather_kernel", "push_kernel"]
+
+_EXT_WAIT_TIMEOUT_NS = tl.constexpr(abi.BASES_INDEX + abi.EXT_WAIT_TIMEOUT_NS)  # + world_size
+_TIMEOUT = tl.constexpr(abi.ERROR_COLLECTIVE_TIMEOUT)
+_MISMATCH = tl.constexpr(abi.ERROR_COLLECTIVE_MISMATCH)
+_ABANDONED = tl.constexpr(abi.ERROR_COLLECTIVE_ABANDONED)
+_NEVER = tl.constexpr(-(2**62))  # a value no flag ever holds: a CAS expecting it changes nothing
+DESC_WORDS = tl.constexpr(4)  # code, numel, offset a, offset b (iris.ccl.protocol)
+
+
+# -- the sync block (iris.ccl.workspace): FLAGS-strided int64 arrays -------------------------------
+
+
+@triton.jit
+def _entry(sync, FLAGS: tl.constexpr):
+    return sync
+
+
+@triton.jit
+def _exit(sync, FLAGS: tl.constexpr):
+    return sync + FLAGS
+
+
+@triton.jit
+def _abandon(sync, FLAGS: tl.constexpr):
+    return sync + 2 * FLAGS
+
+
+@triton.jit
+def _desc(sync, epoch, FLAGS: tl.constexpr):
+    """The descriptions of the call at ``epoch``: two sets, by the epoch's parity. A barrier has no
+    exit, so a rank may publish the next call while a peer still reads this one's; it can never
+    be two calls ahead (it waits at the next entry for every rank)."""
+    return sync + 3 * FLAGS + (epoch % 2) * (DESC_WORDS * FLAGS)
+
+
+@triton.jit
+def _state(sync, FLAGS: tl.constexpr):
+    return sync + (3 + 2 * DESC_WORDS) * FLAGS
 
 
 @triton.jit
 def _lanes(ctx, FLAGS: tl.constexpr):
     """One lane per rank, FLAGS (a power of two >= the world size) of them: lanes past the world
-    repeat the last rank (an exchange of the same epoch, or a second look at the same flag)."""
+    repeat the last rank (an exchange of the same value, or a second look at the same flag)."""
     return tl.minimum(tl.arange(0, FLAGS), ctx.world_size - 1)
 
 
 @triton.jit
-def _arrive(ctx, flags, epoch, FLAGS: tl.constexpr):
-    """Write ``epoch`` into ``flags[rank]`` of every rank at once (a release exchange per lane)."""
+def _real(ctx, FLAGS: tl.constexpr):
+    """The lanes that stand for a rank of their own (not a repeat of the last one)."""
+    return tl.arange(0, FLAGS) < ctx.world_size
+
+
+@triton.jit
+def _any(cond):
+    return tl.max(cond.to(tl.int32), axis=0) != 0
+
+
+@triton.jit
+def _first(cond, values, FLAGS: tl.constexpr):
+    """``values`` (int64) at the first lane where ``cond`` holds."""
+    lane = tl.min(tl.where(cond, tl.arange(0, FLAGS), FLAGS), axis=0)
+    return tl.max(tl.where(tl.arange(0, FLAGS) == lane, values.to(tl.int64), _NEVER), axis=0)
+
+
+@triton.jit
+def _offset(ctx, ptr):
+    """The local heap offset of ``ptr`` (for error records)."""
+    return ptr.to(tl.int64, bitcast=True) - tl.load(ctx.heap_bases + ctx.rank)
+
+
+# -- the protocol (see iris.ccl.protocol for the whole story) --------------------------------------
+
+
+@triton.jit
+def _arrive(ctx, flags, sync, value, FLAGS: tl.constexpr):
+    """Write ``value`` into ``flags[rank]`` of every rank at once (a release exchange per lane).
+
+    An old value below zero is a peer's mark: that peer gave up waiting for this rank, so this
+    rank must not go on; it records ERROR_COLLECTIVE_ABANDONED naming the peer. True if none did.
+    """
     r = _lanes(ctx, FLAGS)
-    ctx.atomic_xchg(flags + ctx.rank + r * 0, epoch, r, sem="release", scope="sys")
+    old = ctx.atomic_xchg(flags + ctx.rank + r * 0, value, r, sem="release", scope="sys")
+    marked = _real(ctx, FLAGS) & (old < 0)
+    ok = _any(marked) == 0
+    if ok == 0:
+        peer = _first(marked, r, FLAGS)
+        mops.record_error(ctx.context_ptr, _ABANDONED, _offset(ctx, flags + ctx.rank), -_first(marked, old, FLAGS), peer, 0)
+    return ok
 
 
 @triton.jit
-def _await_all(ctx, flags, epoch, FLAGS: tl.constexpr):
-    """Bounded wait until every rank's local ``flags[r]`` has reached ``epoch`` (all polled at once)."""
-    ctx.wait(flags + _lanes(ctx, FLAGS), epoch, ">=")
+def _give_up(ctx, sync, epoch, FLAGS: tl.constexpr):
+    """Tell every rank that this rank stopped this collective (its ``abandon`` flag)."""
+    r = _lanes(ctx, FLAGS)
+    ctx.atomic_xchg(_abandon(sync, FLAGS) + ctx.rank + r * 0, epoch, r, sem="release", scope="sys")
 
 
 @triton.jit
-def _enter(ctx, entry, state, FLAGS: tl.constexpr):
-    """This collective's epoch, once every rank has reached it (see the module's docstring)."""
-    epoch = tl.load(state + 1) + 1
-    if tl.program_id(0) == 0:
-        _arrive(ctx, entry, epoch, FLAGS)
-    _await_all(ctx, entry, epoch, FLAGS)
-    return epoch
+def _await(ctx, flags, sync, epoch, FLAGS: tl.constexpr):
+    """Bounded wait until every rank's local ``flags[r]`` has reached ``epoch``; True if they did.
+
+    Stops early when this rank's context holds an error or a peer has given up (its ``abandon``
+    flag). At the deadline (``heap.wait_timeout`` by the device clock) it marks every missing
+    rank's flag with ``-epoch`` by a CAS from the value it saw: a rank that arrives later finds
+    the mark when it raises its flag (``_arrive``) and stops too. A CAS that fails because the
+    rank arrived in the meantime means it is not missing after all.
+    """
+    lanes = _lanes(ctx, FLAGS)
+    real = _real(ctx, FLAGS)
+    mine = flags + lanes
+    gone = _abandon(sync, FLAGS) + lanes
+    timeout = tl.load(ctx.context_ptr + _EXT_WAIT_TIMEOUT_NS + ctx.world_size)
+    start = mops.clock_ns()
+    seen = tl.atomic_add(mine, 0, sem="acquire", scope="sys")
+    quit = _any(real & (tl.atomic_add(gone, 0, sem="acquire", scope="sys") != 0))
+    done = _any(seen < epoch) == 0
+    healthy = mops.healthy(ctx.context_ptr)
+    waited = mops.clock_ns() - start
+    while (done == 0) & healthy & (quit == 0) & (waited < timeout):
+        seen = tl.atomic_add(mine, 0, sem="acquire", scope="sys")
+        quit = _any(real & (tl.atomic_add(gone, 0, sem="acquire", scope="sys") != 0))
+        done = _any(seen < epoch) == 0
+        healthy = mops.healthy(ctx.context_ptr)
+        waited = mops.clock_ns() - start
+    if (done == 0) & healthy & (quit == 0):  # the deadline: give up on the missing ranks
+        missing = real & (seen < epoch)
+        old = tl.atomic_cas(mine, tl.where(missing, seen, _NEVER), tl.where(missing, -epoch, _NEVER), sem="acq_rel", scope="sys")
+        late = missing & (old < epoch)  # still missing (or already marked by another program)
+        if _any(late):
+            peer = _first(late, lanes, FLAGS)
+            mops.record_error(ctx.context_ptr, _TIMEOUT, _offset(ctx, flags + peer), epoch, peer, waited)
+        done = _any(late) == 0  # every missing rank arrived just before the mark
+    if quit & (done == 0):
+        gave = real & (tl.atomic_add(gone, 0, sem="acquire", scope="sys") != 0)
+        peer = _first(gave, lanes, FLAGS)
+        mops.record_error(ctx.context_ptr, _ABANDONED, _offset(ctx, _abandon(sync, FLAGS) + peer), epoch, peer, 0)
+    return done & (quit == 0) & mops.healthy(ctx.context_ptr)
 
 
 @triton.jit
-def _leave(ctx, exit_flags, state, epoch, FLAGS: tl.constexpr):
+def _agree(ctx, sync, epoch, code, numel, off_a, off_b, FLAGS: tl.constexpr):
+    """Whether every rank published this rank's description of the call; on the first difference,
+    ERROR_COLLECTIVE_MISMATCH with the field, this rank's value, the peer and the peer's value."""
+    lanes = _lanes(ctx, FLAGS)
+    desc = _desc(sync, epoch, FLAGS) + lanes * DESC_WORDS
+    c = tl.atomic_add(desc + 0, 0, sem="acquire", scope="sys")
+    n = tl.atomic_add(desc + 1, 0, sem="acquire", scope="sys")
+    a = tl.atomic_add(desc + 2, 0, sem="acquire", scope="sys")
+    b = tl.atomic_add(desc + 3, 0, sem="acquire", scope="sys")
+    differs = (c != code) | (n != numel) | (a != off_a) | (b != off_b)
+    ok = _any(differs) == 0
+    if ok == 0:
+        field = tl.where(c != code, 0, tl.where(n != numel, 1, tl.where(a != off_a, 2, 3)))
+        theirs = tl.where(field == 0, c, tl.where(field == 1, n, tl.where(field == 2, a, b)))
+        ours = tl.where(field == 0, code, tl.where(field == 1, numel, tl.where(field == 2, off_a, off_b)))
+        peer = _first(differs, lanes, FLAGS)
+        mops.record_error(
+            ctx.context_ptr, _MISMATCH, _first(differs, field, FLAGS), _first(differs, ours, FLAGS), peer,
+            _first(differs, theirs, FLAGS),
+        )  # fmt: skip
+    return ok
+
+
+@triton.jit
+def _enter(ctx, sync, code, numel, off_a, off_b, FLAGS: tl.constexpr):
+    """(epoch, go): this collective's epoch, and whether this program may touch peers' memory.
+
+    go holds once every rank has arrived at the epoch, no rank gave up, and every rank described
+    the same call. A rank whose context already holds an error does not arrive at all: it tells
+    the peers it gave up, so they stop at once instead of at their deadline.
+    """
+    epoch = tl.load(_state(sync, FLAGS) + 1) + 1
+    go = mops.healthy(ctx.context_ptr)
+    if go:
+        if tl.program_id(0) == 0:
+            r = _lanes(ctx, FLAGS)
+            desc = _desc(sync, epoch, FLAGS) + ctx.rank * DESC_WORDS + r * 0
+            ctx.store(desc + 0, code, r)
+            ctx.store(desc + 1, numel, r)
+            ctx.store(desc + 2, off_a, r)
+            ctx.store(desc + 3, off_b, r)
+            tl.debug_barrier()  # the description is written before the entry flag releases it
+            go = _arrive(ctx, _entry(sync, FLAGS), sync, epoch, FLAGS)
+        if go:
+            go = _await(ctx, _entry(sync, FLAGS), sync, epoch, FLAGS)
+        if go:
+            go = _agree(ctx, sync, epoch, code, numel, off_a, off_b, FLAGS)
+    return epoch, go
+
+
+@triton.jit
+def _leave(ctx, sync, epoch, FLAGS: tl.constexpr):
+    """Exit: the last program of the launch raises this rank's exit flag everywhere and waits for
+    every rank's, so no rank returns while a peer may still touch its buffers; then it records
+    the epoch (state[1]) for the next launch in the stream. A rank in error skips the exit and
+    tells the peers it gave up (they stop waiting for it)."""
+    state = _state(sync, FLAGS)
     tl.debug_barrier()  # every thread's stores are done before this program's release
     done = tl.atomic_add(state, 1, sem="acq_rel", scope="sys") + 1
     if done == tl.num_programs(0):  # the last program of the launch: every other one has counted itself
-        _arrive(ctx, exit_flags, epoch, FLAGS)
-        _await_all(ctx, exit_flags, epoch, FLAGS)
+        ok = mops.healthy(ctx.context_ptr)
+        if ok:
+            ok = _arrive(ctx, _exit(sync, FLAGS), sync, epoch, FLAGS)
+        if ok:
+            ok = _await(ctx, _exit(sync, FLAGS), sync, epoch, FLAGS)
+        if ok == 0:
+            _give_up(ctx, sync, epoch, FLAGS)
         tl.store(state, epoch * 0)
         tl.store(state + 1, epoch)  # read by the next launch in stream order
 
@@ -101,7 +272,10 @@ def _reduce_tile(ctx, src, mask, W: tl.constexpr, OP: tl.constexpr, ACC_F32: tl.
             v = v.to(tl.float32)
         acc = _combine(acc, v, OP, IS_FLOAT)
     if OP == 3:
-        acc = tl.div_rn(acc, ctx.world_size.to(acc.dtype))  # IEEE-rounded, as torch divides
+        if acc.dtype == tl.float64:
+            acc = acc / ctx.world_size.to(tl.float64)  # fp64 division is IEEE-rounded already
+        else:
+            acc = tl.div_rn(acc, ctx.world_size.to(acc.dtype))  # IEEE-rounded, as torch divides
     return acc
 
 
@@ -118,37 +292,41 @@ def _cast_out(acc, out_dtype: tl.constexpr):
     return out
 
 
-@triton.jit
-def barrier_kernel(context_ptr, entry, state, FLAGS: tl.constexpr):
-    """One program: raise this rank's entry flag in every rank, wait for every rank's."""
+_DESC = ["CODE", "NUMEL", "OFF_A", "OFF_B"]  # vary per call: never specialized on
+
+
+@triton.jit(do_not_specialize=_DESC)
+def barrier_kernel(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS: tl.constexpr):
+    """One program: every rank arrives (and agrees that this is a barrier); no exit needed."""
     ctx = Context.initialize(context_ptr)
-    epoch = tl.load(state + 1) + 1
-    _arrive(ctx, entry, epoch, FLAGS)
-    _await_all(ctx, entry, epoch, FLAGS)
-    tl.store(state + 1, epoch)
+    epoch, go = _enter(ctx, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS)
+    if go == 0:
+        _give_up(ctx, sync, epoch, FLAGS)
+    tl.store(_state(sync, FLAGS) + 1, epoch)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=_DESC)
 def one_shot_kernel(
-    context_ptr, entry, exit_flags, state, src, dst, N,
+    context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, src, dst, N,
     W: tl.constexpr, OP: tl.constexpr, ACC_F32: tl.constexpr, IS_FLOAT: tl.constexpr, FLAGS: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
     """dst (local) = op over ranks of src (every rank's staged copy of its input)."""
     ctx = Context.initialize(context_ptr)
-    epoch = _enter(ctx, entry, state, FLAGS)
-    t = tl.program_id(0)
-    while t < tl.cdiv(N, BLOCK):
-        offs = t * BLOCK + tl.arange(0, BLOCK)
-        mask = offs < N
-        acc = _reduce_tile(ctx, src + offs, mask, W, OP, ACC_F32, IS_FLOAT)
-        tl.store(dst + offs, _cast_out(acc, dst.dtype.element_ty), mask=mask)
-        t += tl.num_programs(0)
-    _leave(ctx, exit_flags, state, epoch, FLAGS)
+    epoch, go = _enter(ctx, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS)
+    if go:
+        t = tl.program_id(0)
+        while t < tl.cdiv(N, BLOCK):
+            offs = t * BLOCK + tl.arange(0, BLOCK)
+            mask = offs < N
+            acc = _reduce_tile(ctx, src + offs, mask, W, OP, ACC_F32, IS_FLOAT)
+            tl.store(dst + offs, _cast_out(acc, dst.dtype.element_ty), mask=mask)
+            t += tl.num_programs(0)
+    _leave(ctx, sync, epoch, FLAGS)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=_DESC)
 def reduce_kernel(
-    context_ptr, entry, exit_flags, state, src, dst, N, chunk,
+    context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, src, dst, N, chunk,
     PUSH: tl.constexpr, DST_CHUNKED: tl.constexpr,
     W: tl.constexpr, OP: tl.constexpr, ACC_F32: tl.constexpr, IS_FLOAT: tl.constexpr, FLAGS: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
@@ -159,31 +337,32 @@ def reduce_kernel(
     one but this rank touches this chunk) or only the local one (reduce_scatter).
     """
     ctx = Context.initialize(context_ptr)
-    epoch = _enter(ctx, entry, state, FLAGS)
-    start = ctx.rank * chunk
-    t = tl.program_id(0)
-    while t < tl.cdiv(chunk, BLOCK):
-        local = t * BLOCK + tl.arange(0, BLOCK)
-        offs = start + local
-        mask = (local < chunk) & (offs < N)
-        acc = _reduce_tile(ctx, src + offs, mask, W, OP, ACC_F32, IS_FLOAT)
-        out = _cast_out(acc, dst.dtype.element_ty)
-        if DST_CHUNKED:
-            where = dst + offs
-        else:
-            where = dst + local
-        if PUSH:
-            for j in tl.static_range(W):
-                ctx.store(where, out, (ctx.rank + j) % W, mask=mask)
-        else:
-            tl.store(where, out, mask=mask)
-        t += tl.num_programs(0)
-    _leave(ctx, exit_flags, state, epoch, FLAGS)
+    epoch, go = _enter(ctx, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS)
+    if go:
+        start = ctx.rank * chunk
+        t = tl.program_id(0)
+        while t < tl.cdiv(chunk, BLOCK):
+            local = t * BLOCK + tl.arange(0, BLOCK)
+            offs = start + local
+            mask = (local < chunk) & (offs < N)
+            acc = _reduce_tile(ctx, src + offs, mask, W, OP, ACC_F32, IS_FLOAT)
+            out = _cast_out(acc, dst.dtype.element_ty)
+            if DST_CHUNKED:
+                where = dst + offs
+            else:
+                where = dst + local
+            if PUSH:
+                for j in tl.static_range(W):
+                    ctx.store(where, out, (ctx.rank + j) % W, mask=mask)
+            else:
+                tl.store(where, out, mask=mask)
+            t += tl.num_programs(0)
+    _leave(ctx, sync, epoch, FLAGS)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=_DESC)
 def gather_kernel(
-    context_ptr, entry, exit_flags, state, src, dst,
+    context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, src, dst,
     n, total, src_stride, src_offset, dst_stride, first, COUNT: tl.constexpr, FLAGS: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
     """For ranks r = first, first+1, ... (COUNT of them, mod W; unrolled, so their loads overlap):
@@ -191,34 +370,36 @@ def gather_kernel(
     r*dst_stride + i < total (all_gather, all_to_all, broadcast and the all-gather half of rs_ag).
     """
     ctx = Context.initialize(context_ptr)
-    epoch = _enter(ctx, entry, state, FLAGS)
-    t = tl.program_id(0)
-    while t < tl.cdiv(n, BLOCK):
-        offs = t * BLOCK + tl.arange(0, BLOCK)
-        for j in tl.static_range(COUNT):
-            r = (first + j) % ctx.world_size
-            mask = (offs < n) & (r * dst_stride + offs < total)
-            v = ctx.load(src + r * src_stride + src_offset + offs, r, mask=mask)
-            tl.store(dst + r * dst_stride + offs, v, mask=mask)
-        t += tl.num_programs(0)
-    _leave(ctx, exit_flags, state, epoch, FLAGS)
+    epoch, go = _enter(ctx, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS)
+    if go:
+        t = tl.program_id(0)
+        while t < tl.cdiv(n, BLOCK):
+            offs = t * BLOCK + tl.arange(0, BLOCK)
+            for j in tl.static_range(COUNT):
+                r = (first + j) % ctx.world_size
+                mask = (offs < n) & (r * dst_stride + offs < total)
+                v = ctx.load(src + r * src_stride + src_offset + offs, r, mask=mask)
+                tl.store(dst + r * dst_stride + offs, v, mask=mask)
+            t += tl.num_programs(0)
+    _leave(ctx, sync, epoch, FLAGS)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=_DESC)
 def push_kernel(
-    context_ptr, entry, exit_flags, state, src, dst, n, dst_offset,
+    context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, src, dst, n, dst_offset,
     W: tl.constexpr, FLAGS: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
     """Every rank's dst[dst_offset + i] = this rank's src[i], for i < n (all_gather into heap
     outputs: each input read once, from local memory, and stored into all W ranks)."""
     ctx = Context.initialize(context_ptr)
-    epoch = _enter(ctx, entry, state, FLAGS)
-    t = tl.program_id(0)
-    while t < tl.cdiv(n, BLOCK):
-        offs = t * BLOCK + tl.arange(0, BLOCK)
-        mask = offs < n
-        v = tl.load(src + offs, mask=mask)
-        for j in tl.static_range(W):
-            ctx.store(dst + dst_offset + offs, v, (ctx.rank + j) % W, mask=mask)
-        t += tl.num_programs(0)
-    _leave(ctx, exit_flags, state, epoch, FLAGS)
+    epoch, go = _enter(ctx, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS)
+    if go:
+        t = tl.program_id(0)
+        while t < tl.cdiv(n, BLOCK):
+            offs = t * BLOCK + tl.arange(0, BLOCK)
+            mask = offs < n
+            v = tl.load(src + offs, mask=mask)
+            for j in tl.static_range(W):
+                ctx.store(dst + dst_offset + offs, v, (ctx.rank + j) % W, mask=mask)
+            t += tl.num_programs(0)
+    _leave(ctx, sync, epoch, FLAGS)

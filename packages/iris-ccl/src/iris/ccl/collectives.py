@@ -12,11 +12,10 @@ import os
 import torch
 
 import iris.heap
-from iris.heap import WaitTimeoutError
 
-from . import _launch
+from . import _launch, protocol
 from .config import Config
-from .errors import CollectiveTimeoutError
+from .errors import CollectiveError
 from .workspace import Workspace, workspace_of
 
 __all__ = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "barrier", "reset"]
@@ -24,7 +23,8 @@ __all__ = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcas
 OPS = {"sum": 0, "max": 1, "min": 2, "avg": 3}
 _REDUCIBLE = {torch.float16, torch.bfloat16, torch.float32, torch.float64,
               torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8}  # fmt: skip
-_WORDS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}  # data movement needs only the size
+# Data movement needs only the element size; 16-byte elements move as two 8-byte words.
+_WORDS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64, 16: torch.int64}
 _DEFAULT = Config()
 _MAX_ELEMENTS = 2**31  # kernels index elements (and all_gather's W * n outputs) with int32
 #: all_reduce "auto": per world size, ``(max bytes per rank, variant)`` rows tried in order; the
@@ -54,6 +54,8 @@ def _kernels(backend: str):
 
 
 def _heap(heap):
+    if heap is not None and not isinstance(heap, iris.heap.SymmetricHeap):
+        raise TypeError(f"heap must be an iris.heap.SymmetricHeap or None, got {type(heap).__name__}")
     heap = heap if heap is not None else iris.heap.default_heap()
     if heap.closed:
         raise iris.heap.HeapClosedError("the heap given to the collective is closed")
@@ -67,15 +69,17 @@ def _check_tensor(t, name: str, heap) -> None:
         raise ValueError(f"{name} is on {t.device}, but the heap (rank {heap.rank}) is on {heap.device}")
     if not t.is_contiguous():
         raise ValueError(f"{name} must be contiguous (call .contiguous() first); got strides {t.stride()}")
-    if t.numel() >= _MAX_ELEMENTS:
+    if t.numel() * max(1, t.element_size() // 8) >= _MAX_ELEMENTS:
         raise ValueError(
             f"{name} has {t.numel()} elements; the collectives index elements with 32-bit integers, so a "
             f"tensor must have fewer than 2**31 (split it into several collectives)"
         )
+    if t.element_size() not in _WORDS:
+        raise TypeError(f"{name} has {t.element_size()}-byte elements ({t.dtype}); the collectives move 1, 2, 4, 8 or 16-byte elements")
 
 
 def _check_op(op: str, dtype: torch.dtype) -> int:
-    if op not in OPS:
+    if not isinstance(op, str) or op not in OPS:
         raise ValueError(f"unknown op {op!r}; choose one of {sorted(OPS)}")
     if dtype not in _REDUCIBLE:
         raise TypeError(f"cannot reduce {dtype} tensors; supported: {sorted(str(d) for d in _REDUCIBLE)}")
@@ -97,10 +101,9 @@ def _check_disjoint(out, inp) -> None:
 
 
 def _words(t: torch.Tensor) -> torch.Tensor:
-    """``t`` as 1-D integers of the same size (data movement does not care what the bytes mean)."""
-    return (
-        t.reshape(-1).view(_WORDS[t.element_size()]) if t.element_size() in _WORDS else t.reshape(-1).view(torch.uint8)
-    )
+    """``t`` as 1-D integers of its element's size (16-byte elements as pairs of 8-byte words):
+    data movement does not care what the bytes mean."""
+    return t.reshape(-1).view(_WORDS[t.element_size()])
 
 
 #: Launch compiled kernels directly after the first call of each argument shape (``_launch``):
@@ -150,7 +153,7 @@ def _resident_per_sm(kernel, args, launch: dict, device: torch.device) -> int:
 
 
 class _Launch:
-    """Launch shape and bookkeeping of one collective call."""
+    """One collective call: its checks before anything is published, its description, its launches."""
 
     def __init__(self, heap, config: Config | None, name: str):
         self.heap = heap
@@ -160,11 +163,24 @@ class _Launch:
         self.name = name
         self.k = _kernels(self.cfg.backend)
         self.ws: Workspace = workspace_of(heap)
+        if self.ws.broken is not None:
+            raise CollectiveError(
+                f"{name} on rank {heap.rank}: the collectives of this heap are in an unknown state after "
+                f"{self.ws.broken}; call iris.ccl.reset() on every rank first",
+                collective=name, rank=heap.rank,
+            )  # fmt: skip
+        heap.check_device_errors()  # an error an earlier (asynchronous) collective left: raise it now, no sync
         self.gpu = heap.device.type == "cuda"
         self.block = self.cfg.block_size or 4096
         self.warps = self.cfg.num_warps or (8 if self.gpu else 4)
-        # lanes that raise and poll the entry/exit flags of all ranks at once: a power of two
-        self.flags = 1 << max(0, heap.world_size - 1).bit_length()
+        self.flags = self.ws.flags
+        self.desc = (0, 0, -1, -1)
+
+    def describe(self, kind: str, numel: int, a=None, b=None, **fields) -> None:
+        """This call's description (``iris.ccl.protocol``); ``a``/``b``: the buffers peers access."""
+        heap = self.heap
+        code = protocol.describe(kind, **fields)
+        self.desc = (code, numel, -1 if a is None else heap.offset(a), -1 if b is None else heap.offset(b))
 
     def programs(self, kernel, n: int, args, constexprs) -> int:
         tiles = max(1, -(-n // self.block))
@@ -180,41 +196,34 @@ class _Launch:
         # for each other), so each takes its share of the multiprocessors.
         return min(tiles, max(1, per_sm * self.ws.multiprocessors // self.ws.ranks_per_device))
 
-    def run(self, kernel, n: int, *args, **constexprs) -> None:
+    def run(self, kernel, n: int, *args, programs: int | None = None, **constexprs) -> None:
         ws = self.ws
-        head = (self.heap.context, ws.entry, ws.exit, ws.state)
+        head = (self.heap.context, ws.sync, *self.desc)
         constexprs = {**constexprs, "FLAGS": self.flags}
-        p = self.programs(kernel, n, (*head, *args), constexprs)
-        ws.launched += 1
-        if self.gpu and DIRECT_LAUNCH:
-            _launch.launch(kernel, (p,), (*head, *args), {"BLOCK": self.block, **constexprs}, self.warps)
-        else:
-            kernel[(p,)](*head, *args, BLOCK=self.block, num_warps=self.warps, **constexprs)
-        self.check()
-
-    def check(self) -> None:
-        """``config.check_errors``: raise a timeout now (a host sync); not while capturing a CUDA
-        graph, which cannot sync (the next checked collective or heap.check_device_errors() will)."""
-        if self.cfg.check_errors and not (self.gpu and torch.cuda.is_current_stream_capturing()):
-            _raise_timeouts(self.heap, self.ws, self.name)
-
-
-def _raise_timeouts(heap, ws: Workspace, name: str) -> None:
-    try:
-        heap.check_device_errors()
-    except WaitTimeoutError as e:
-        owner = ws.flag_owner(e.offset)
-        if owner is None:
+        launch = {"BLOCK": self.block, **constexprs} if programs is None else constexprs
+        p = programs if programs is not None else self.programs(kernel, n, (*head, *args), constexprs)
+        ws.record(self.name)
+        try:
+            if self.gpu and DIRECT_LAUNCH:
+                _launch.launch(kernel, (p,), (*head, *args), launch, self.warps)
+            else:
+                kernel[(p,)](*head, *args, num_warps=self.warps, **launch)
+        except BaseException as e:
+            # Programs may have published this rank's entry before the failure (CPU ranks run them
+            # one after another): the epochs can no longer be trusted until a reset.
+            ws.broken = f"a failure inside {self.name}'s launch ({type(e).__name__}: {e})"
             raise
-        phase, missing = owner
-        doing = "reach" if phase == "entry" else "finish"
-        raise CollectiveTimeoutError(
-            f"{name} timed out on rank {heap.rank}: rank {missing} did not {doing} it within about "
-            f"{heap.wait_timeout:g} s (collective #{ws.completed()} on this heap or one before it). Rank {missing} crashed, "
-            "is stuck, or called a different collective. Call iris.ccl.reset() on every rank before "
-            "the next collective; heap.wait_timeout sets the bound.",
-            collective=name, missing_rank=missing, rank=heap.rank, offset=e.offset, value=e.value,
-        ) from e  # fmt: skip
+        if self.cfg.blocking:
+            self.wait()
+
+    def wait(self) -> None:
+        """``Config(blocking=True)``: wait for the device, then raise what it recorded. Not while
+        the stream captures a CUDA graph (which cannot sync)."""
+        if self.gpu:
+            if torch.cuda.is_current_stream_capturing():
+                return
+            torch.cuda.current_stream(self.heap.device).synchronize()
+        self.heap.check_device_errors()
 
 
 def _reduce_flags(dtype: torch.dtype) -> dict:
@@ -235,6 +244,7 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", *, heap=None, config: Conf
     every peer's copy and reduces all of it), ``two_shot`` (rank r reduces chunk r and writes it into every rank: each
     byte read once and written once), ``rs_ag`` (reduce-scatter into a workspace, then an
     all-gather by reads: only remote reads), ``auto`` (by world size and size: ``AUTO_VARIANTS``).
+    Asynchronous: returns once the work is queued (``Config(blocking=True)`` waits).
     """
     heap = _heap(heap)
     _check_tensor(tensor, "tensor", heap)
@@ -244,20 +254,19 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", *, heap=None, config: Conf
     n = tensor.numel()
     if variant == "auto":
         variant = _auto_variant(heap.world_size, n * tensor.element_size())
+    if n == 0:
+        return _barrier(run, "all_reduce")
     flat = tensor.reshape(-1)
     flags = {"OP": code, "W": heap.world_size, **_reduce_flags(tensor.dtype)}
-    if n == 0:
-        barrier(heap=heap)
-        return tensor
-    if variant == "one_shot":
-        staged = run.ws.staging("in", flat)
-        staged.copy_(flat)
-        run.run(run.k.one_shot_kernel, n, staged, flat, n, **flags)
-        return tensor
-    in_place = _on_heap(heap, tensor)
+    in_place = variant != "one_shot" and _on_heap(heap, tensor)
     buf = flat if in_place else run.ws.staging("in", flat)
+    mid = run.ws.staging("out", flat) if variant == "rs_ag" else None
+    run.describe("all_reduce", n, buf, mid, variant=variant, op=op, dtype=tensor.dtype, on_heap=(in_place,))
     if not in_place:
         buf.copy_(flat)
+    if variant == "one_shot":
+        run.run(run.k.one_shot_kernel, n, buf, flat, n, **flags)
+        return tensor
     chunk = -(-n // heap.world_size)
     if variant == "two_shot":
         run.run(run.k.reduce_kernel, chunk, buf, buf, n, chunk, PUSH=True, DST_CHUNKED=True, **flags)
@@ -265,10 +274,11 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", *, heap=None, config: Conf
             flat.copy_(buf)
         return tensor
     # rs_ag: reduce chunk `rank` into the workspace, then every rank reads every chunk.
-    mid = run.ws.staging("out", flat)
     run.run(run.k.reduce_kernel, chunk, buf, mid, n, chunk, PUSH=False, DST_CHUNKED=True, **flags)
     src, dst = _words(mid), _words(flat)
-    run.run(run.k.gather_kernel, chunk, src, dst, chunk, n, chunk, 0, chunk, heap.rank, COUNT=heap.world_size)
+    per = src.numel() // n  # words per element
+    run.run(run.k.gather_kernel, chunk * per, src, dst, chunk * per, n * per, chunk * per, 0, chunk * per, heap.rank,
+            COUNT=heap.world_size)  # fmt: skip
     return tensor
 
 
@@ -293,11 +303,21 @@ def all_gather(out: torch.Tensor, inp: torch.Tensor, *, heap=None, config: Confi
     _check_disjoint(out, inp)
     run = _Launch(heap, config, "all_gather")
     n = inp.numel()
+    if n == 0:
+        return _barrier(run, "all_gather")
+    fields = {"dtype": inp.dtype}
     if _on_heap(heap, out):  # push: read the input once, store it into every rank's out
-        run.run(run.k.push_kernel, n, _words(inp), _words(out), n, heap.rank * n, W=w)
+        run.describe("all_gather", n, out, variant="push", on_heap=(True, _on_heap(heap, inp)), **fields)
+        src, dst = _words(inp), _words(out)
+        m = src.numel()
+        run.run(run.k.push_kernel, m, src, dst, m, heap.rank * m, W=w)
         return out
     src = _staged_input(run, heap, inp)  # pull: every rank reads every rank's input
-    run.run(run.k.gather_kernel, n, _words(src), _words(out), n, w * n, 0, 0, n, heap.rank, COUNT=w)
+    run.describe("all_gather", n, src, variant="pull", on_heap=(False, src is inp), **fields)
+    src.copy_(inp) if src is not inp else None
+    src, dst = _words(src), _words(out)
+    m = src.numel()
+    run.run(run.k.gather_kernel, m, src, dst, m, w * m, 0, 0, m, heap.rank, COUNT=w)
     return out
 
 
@@ -320,20 +340,15 @@ def reduce_scatter(
         )
     _check_disjoint(out, inp)
     run = _Launch(heap, config, "reduce_scatter")
-    src = _staged_input(run, heap, inp)
     chunk = out.numel()
+    if chunk == 0:
+        return _barrier(run, "reduce_scatter")
+    src = _staged_input(run, heap, inp)
+    run.describe("reduce_scatter", inp.numel(), src, op=op, dtype=inp.dtype, on_heap=(src is inp,))
+    src.copy_(inp) if src is not inp else None
     flags = {"OP": code, "W": w, **_reduce_flags(inp.dtype)}
-    run.run(
-        run.k.reduce_kernel,
-        chunk,
-        src.reshape(-1),
-        out.reshape(-1),
-        w * chunk,
-        chunk,
-        PUSH=False,
-        DST_CHUNKED=False,
-        **flags,
-    )
+    run.run(run.k.reduce_kernel, chunk, src.reshape(-1), out.reshape(-1), w * chunk, chunk,
+            PUSH=False, DST_CHUNKED=False, **flags)  # fmt: skip
     return out
 
 
@@ -350,9 +365,14 @@ def all_to_all(out: torch.Tensor, inp: torch.Tensor, *, heap=None, config: Confi
         raise ValueError(f"all_to_all: out must have inp's shape {tuple(inp.shape)}; got {tuple(out.shape)}")
     _check_disjoint(out, inp)
     run = _Launch(heap, config, "all_to_all")
+    if inp.numel() == 0:
+        return _barrier(run, "all_to_all")
     src = _staged_input(run, heap, inp)
-    c = inp.numel() // w
-    run.run(run.k.gather_kernel, c, _words(src), _words(out), c, w * c, 0, heap.rank * c, c, heap.rank, COUNT=w)
+    run.describe("all_to_all", inp.numel(), src, dtype=inp.dtype, on_heap=(src is inp,))
+    src.copy_(inp) if src is not inp else None
+    words = _words(src)
+    c = words.numel() // w
+    run.run(run.k.gather_kernel, c, words, _words(out), c, w * c, 0, heap.rank * c, c, heap.rank, COUNT=w)
     return out
 
 
@@ -365,55 +385,70 @@ def broadcast(tensor: torch.Tensor, src: int, *, heap=None, config: Config | Non
     if not 0 <= src < heap.world_size:
         raise ValueError(f"src rank {src} is out of range for world size {heap.world_size}")
     run = _Launch(heap, config, "broadcast")
-    n = tensor.numel()
-    if _on_heap(heap, tensor):
-        data = tensor
-    else:
-        data = run.ws.staging("in", tensor)
-        if heap.rank == src:
-            data.copy_(tensor)
+    if tensor.numel() == 0:
+        return _barrier(run, "broadcast")
+    data = tensor if _on_heap(heap, tensor) else run.ws.staging("in", tensor)
+    run.describe("broadcast", tensor.numel(), data, dtype=tensor.dtype, on_heap=(data is tensor,), src=src)
+    if data is not tensor and heap.rank == src:
+        data.copy_(tensor)
+    words = _words(data)
+    n = words.numel()
     count = 0 if heap.rank == src else 1
-    run.run(run.k.gather_kernel, n, _words(data), _words(tensor), n, n, 0, 0, 0, src, COUNT=count)
+    run.run(run.k.gather_kernel, n, words, _words(tensor), n, n, 0, 0, 0, src, COUNT=count)
     return tensor
 
 
 def barrier(*, heap=None, config: Config | None = None) -> None:
     """Device-side barrier of every rank of the heap, in stream order (epoch counted).
 
-    With ``config.check_errors`` (the default) it then reads the device error word, a host sync
-    that turns a missing rank into ``CollectiveTimeoutError``; with ``check_errors=False`` it stays
-    asynchronous (a timeout is then reported by the next checked collective or
-    ``heap.check_device_errors()``). Only ``backend`` and ``check_errors`` of ``config`` apply.
+    Asynchronous like every collective: a rank that never arrives is reported (without a host
+    sync) by the next Iris call, ``heap.check_device_errors()`` or the heap's watchdog;
+    ``Config(blocking=True)`` waits and raises at once. Only ``backend`` and ``blocking`` of
+    ``config`` apply.
     """
     heap = _heap(heap)
-    run = _Launch(heap, config, "barrier")
-    ws = run.ws
-    ws.launched += 1
-    run.k.barrier_kernel[(1,)](heap.context, ws.entry, ws.state, FLAGS=run.flags)
-    run.check()
+    _barrier(_Launch(heap, config, "barrier"), "barrier")
+
+
+def _barrier(run: _Launch, name: str):
+    """The barrier kernel, described as ``name`` (an empty collective still pairs up with its peers')."""
+    run.describe(name, 0)
+    run.run(run.k.barrier_kernel, 1, programs=1)
+    return None
 
 
 def reset(*, heap=None) -> None:
-    """Collective (host): forget every collective's epochs, after a ``CollectiveTimeoutError``.
+    """Collective (host): make the collectives usable again after any of their errors.
 
-    Every rank must call it; it waits for every rank's device work and for every rank.
+    Every rank must call it. It waits for this rank's device work (a kernel still waiting gives up
+    within ``heap.wait_timeout``) and for every rank, drops the errors the device recorded,
+    forgets every epoch, gives back every staging buffer (so ranks whose staging diverged are
+    symmetric again) and waits for every rank once more. CUDA graphs captured before it must not
+    be replayed after it.
     """
     heap = _heap(heap)
     if heap.device.type == "cuda":
         torch.cuda.synchronize(heap.device)
-    try:
-        heap.check_device_errors()
-    except WaitTimeoutError:
-        pass
-    heap.barrier()
-    workspace_of(heap).reset()
-    heap.barrier()
+    _drop_device_errors(heap)
+    heap._control.barrier()
+    ws = workspace_of(heap)
+    ws.reset()
+    if heap.device.type == "cuda":
+        torch.cuda.synchronize(heap.device)  # the zeros have landed before any rank signals again
+    heap._control.barrier()
+
+
+def _drop_device_errors(heap) -> None:
+    while True:
+        try:
+            heap.check_device_errors()
+            return
+        except (iris.heap.HeapError, TimeoutError):
+            continue
 
 
 def _staged_input(run: _Launch, heap, inp: torch.Tensor) -> torch.Tensor:
-    """``inp`` itself if peers can read it (it is on the heap), else its copy in the workspace."""
+    """``inp`` itself if peers can read it (it is on the heap), else its staging buffer (not yet filled)."""
     if _on_heap(heap, inp):
         return inp
-    staged = run.ws.staging("in", inp)
-    staged.copy_(inp)
-    return staged
+    return run.ws.staging("in", inp)

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Config", "ALL_REDUCE_VARIANTS", "BACKENDS"]
+__all__ = ["Config", "ALL_REDUCE_VARIANTS", "BACKENDS", "MAX_BLOCK_SIZE", "MAX_NUM_WARPS"]
 
-#: ``"auto"`` picks among the others by message size and world size (see ``variants.py``).
+#: ``"auto"`` picks among the others by message size and world size (``AUTO_VARIANTS``).
 ALL_REDUCE_VARIANTS = ("auto", "one_shot", "two_shot", "rs_ag")
 BACKENDS = ("triton", "gluon")
+#: Triton's limit on the elements of one block (``triton.language.TRITON_MAX_TENSOR_NUMEL``).
+MAX_BLOCK_SIZE = 1 << 20
+#: Warps per program that Triton and Gluon launch (a power of two; 32 warps = 1024 threads on NVIDIA).
+MAX_NUM_WARPS = 32
+_MAX_PROGRAMS = 2**31 - 1  # a grid's first dimension
 
 
 @dataclass(frozen=True)
@@ -16,14 +21,16 @@ class Config:
     """Algorithm and launch shape of a collective; ``None`` fields take device-dependent defaults.
 
     - ``variant``: all_reduce algorithm, one of ``ALL_REDUCE_VARIANTS`` (other collectives have one).
-    - ``block_size``: elements per tile, a power of two >= 16.
+    - ``block_size``: elements per tile, a power of two in [16, ``MAX_BLOCK_SIZE``].
     - ``num_programs``: programs per launch (each walks tiles with a grid stride).
-    - ``num_warps``: warps per program (compiled backends).
-    - ``backend``: ``"triton"`` or ``"gluon"`` kernels; the host code is the same.
-    - ``check_errors``: after each collective, read the device error word (a device sync on
-      GPUs) and raise a timeout naming the missing rank. Turn off only to time kernels back to
-      back; errors then surface at the next check (``heap.barrier()``, ``ccl.barrier()``).
-      Skipped while the stream captures a CUDA graph (which cannot sync).
+    - ``num_warps``: warps per program (compiled backends), a power of two <= ``MAX_NUM_WARPS``.
+    - ``backend``: ``"triton"`` or ``"gluon"`` kernels; the host code and the protocol are the same.
+    - ``blocking``: wait for the collective and raise its device errors at once (a host sync, as
+      today's ``torch.distributed`` with a synchronizing stream). The default is asynchronous, as
+      NCCL: the call returns once its work is queued, and a device error (timeout, mismatch, a
+      peer that gave up) is raised by the next Iris call on this rank, by
+      ``heap.check_device_errors()`` or by the heap's watchdog. Ignored while the stream captures
+      a CUDA graph (which cannot sync).
     """
 
     variant: str = "auto"
@@ -31,17 +38,25 @@ class Config:
     num_programs: int | None = None
     num_warps: int | None = None
     backend: str = "triton"
-    check_errors: bool = True
+    blocking: bool = False
 
     def __post_init__(self):
-        if self.variant not in ALL_REDUCE_VARIANTS:
+        if not isinstance(self.variant, str) or self.variant not in ALL_REDUCE_VARIANTS:
             raise ValueError(f"unknown variant {self.variant!r}; choose one of {ALL_REDUCE_VARIANTS}")
-        if self.backend not in BACKENDS:
+        if not isinstance(self.backend, str) or self.backend not in BACKENDS:
             raise ValueError(f"unknown backend {self.backend!r}; choose one of {BACKENDS}")
         b = self.block_size
-        if b is not None and (isinstance(b, bool) or not isinstance(b, int) or b < 16 or b & (b - 1)):
-            raise ValueError(f"block_size must be a power of two >= 16, got {b!r}")
-        for name in ("num_programs", "num_warps"):
-            v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-                raise ValueError(f"{name} must be a positive int, got {v!r}")
+        if b is not None and (not _is_int(b) or b < 16 or b > MAX_BLOCK_SIZE or b & (b - 1)):
+            raise ValueError(f"block_size must be a power of two in [16, {MAX_BLOCK_SIZE}], got {b!r}")
+        p = self.num_programs
+        if p is not None and (not _is_int(p) or not 1 <= p <= _MAX_PROGRAMS):
+            raise ValueError(f"num_programs must be a positive int (at most {_MAX_PROGRAMS}), got {p!r}")
+        w = self.num_warps
+        if w is not None and (not _is_int(w) or not 1 <= w <= MAX_NUM_WARPS or w & (w - 1)):
+            raise ValueError(f"num_warps must be a power of two in [1, {MAX_NUM_WARPS}], got {w!r}")
+        if not isinstance(self.blocking, bool):
+            raise TypeError(f"blocking must be True or False, got {self.blocking!r}")
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)

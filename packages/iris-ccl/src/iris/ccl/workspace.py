@@ -1,89 +1,129 @@
-"""Per-heap state of the collectives: epoch flags, the arrival counter, staging buffers.
+"""Per-heap state of the collectives: the sync block (flags, descriptions, epochs) and staging.
 
-Every rank calls the same collectives in the same order, so every rank's workspace makes the
-same heap allocations at the same moments: the buffers are symmetric without communication.
+Everything lives in the heap's reserved space (``heap.reserve``), never among the user's
+allocations. The sync block is reserved first, from memory that was never handed out, so it is
+zero on every rank without a barrier: a rank may call its first collective while a peer is still
+allocating its tensors.
 """
 
 from __future__ import annotations
 
+import collections
 import weakref
 
 import torch
 
 import iris.heap
 
+from . import protocol
+
 __all__ = ["Workspace", "workspace_of"]
 
 _workspaces: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+SYNC = "iris.ccl.sync"
+STAGING = "iris.ccl.staging"
 
 
 class Workspace:
-    """Flags and staging memory of one heap.
+    """The collectives' state on one heap.
 
-    - ``entry[r]`` / ``exit[r]`` (int64): the last epoch at which rank r arrived at / finished a
-      collective; written by rank r into every rank's copy, only ever increasing, never cleared.
-    - ``state`` (int64, read and written by this rank's kernels only): ``[0]`` the programs of the
-      running launch that have finished, so the last one knows it is last; ``[1]`` the epoch of
-      the last collective this rank completed. Kept on the device, so launches replayed from a
-      CUDA graph count as new collectives.
-    - ``launched``: collectives this host has launched (for checks and messages; graph replays
-      are not counted).
-    - staging buffers, one per role, grown by doubling (to the exact size instead when the heap
-      cannot hold double). An outgrown buffer is kept, not freed: a CUDA graph captured earlier
-      may still copy through it. While every growth doubles, kept buffers add up to less than
-      the current one; every rank keeps the same ones, whatever it captured.
+    ``sync`` (int64, reserved as ``iris.ccl.sync``) holds FLAGS-strided arrays, FLAGS a power of
+    two >= W (the kernels' lanes):
+
+    - ``entry[r]`` / ``exit[r]``: the last epoch at which rank r arrived at / finished a
+      collective, written by rank r into every rank's copy; a negative value ``-e`` is the mark
+      of this rank giving up on rank r at epoch e (``iris.ccl.protocol``).
+    - ``abandon[r]``: the epoch at which rank r gave up (0: never, since the last reset).
+    - ``desc[(epoch % 2) * 4 * FLAGS + r * 4 ...]``: rank r's description of its call at an epoch
+      of that parity (two sets: after a barrier, which has no exit, a rank may publish the next
+      call while a peer still compares this one's).
+    - ``state`` (this rank's kernels only): ``[0]`` the programs of the running launch that
+      have finished, ``[1]`` the epoch of the last collective this rank completed. On the
+      device, so launches replayed from a CUDA graph count as new collectives.
+
+    Staging buffers (reserved as ``iris.ccl.staging.<role>.<n>``) grow by doubling (to the exact
+    size when the heap cannot hold double). An outgrown buffer stays reserved: a CUDA graph
+    captured earlier may still copy through it. ``reset()`` gives every staging buffer back, so
+    ranks whose staging diverged (a call with mismatched sizes) are symmetric again.
     """
 
     def __init__(self, heap):
         self.heap = heap
         w = heap.world_size
-        self.entry = heap.zeros(w, dtype=torch.int64)
-        self.exit = heap.zeros(w, dtype=torch.int64)
-        self.state = heap.zeros(2, dtype=torch.int64)
+        self.flags = 1 << max(0, w - 1).bit_length()
+        f = self.flags
+        words = (3 + 2 * protocol.DESC_WORDS) * f + 4
+        self.sync = heap.reserve(SYNC, words * 8).view(torch.int64)
+        self.entry, self.exit, self.abandon = self.sync[:f], self.sync[f : 2 * f], self.sync[2 * f : 3 * f]
+        self.desc = self.sync[3 * f : (3 + 2 * protocol.DESC_WORDS) * f]
+        self.state = self.sync[(3 + 2 * protocol.DESC_WORDS) * f :]
         self.launched = 0
+        self.history: collections.deque = collections.deque(maxlen=64)  # (host epoch, collective)
+        self.broken: str | None = None  # set when a host failure interrupted a launch
         self._staging: dict[str, torch.Tensor] = {}
-        self._outgrown: list[torch.Tensor] = []
+        self._names: list[str] = []
         self.ranks_per_device = _ranks_per_device(heap)
         gpu = heap.device.type == "cuda"
         self.multiprocessors = torch.cuda.get_device_properties(heap.device).multi_processor_count if gpu else 1
-        heap.barrier()  # every rank's flags exist (and are zero) before any rank signals them
+        heap.add_error_translator(self._translate)
+        if not heap.reservations()[SYNC].untouched:
+            heap.barrier()  # reused memory was zeroed here only: every rank's zeros land before any signal
+
+    def record(self, name: str) -> None:
+        self.launched += 1
+        self.history.append((self.launched, name))
+
+    def name_of(self, epoch: int) -> str:
+        """The collective launched at ``epoch`` (as this host counted; CUDA graph replays are not)."""
+        for e, name in reversed(self.history):
+            if e == epoch or epoch < 0:
+                return name
+        return "a collective"
+
+    def _translate(self, heap, error):
+        return protocol.translate_error(heap, error, self.name_of)
 
     def staging(self, role: str, like: torch.Tensor) -> torch.Tensor:
-        """A heap buffer shaped like ``like`` for ``role`` ("in", "out"), grown on demand."""
+        """A reserved buffer shaped like ``like`` for ``role`` ("in", "out"), grown on demand."""
         nbytes = like.numel() * like.element_size()
         buf = self._staging.get(role)
         if buf is None or buf.numel() < nbytes:
-            grown = None
+            size = max(nbytes, 1)
             if buf is not None and 2 * buf.numel() > nbytes:
-                try:  # doubling bounds what outgrown buffers hold; every rank fails alike
-                    grown = self.heap.empty(2 * buf.numel(), dtype=torch.uint8)
-                except iris.heap.HeapExhaustedError:
-                    pass
-            if grown is None:
-                grown = self.heap.empty(max(nbytes, 1), dtype=torch.uint8)
-            if buf is not None:
-                self._outgrown.append(buf)
+                size = 2 * buf.numel()
+            try:
+                grown = self._reserve(role, size)
+            except iris.heap.HeapExhaustedError:
+                if size == nbytes:
+                    raise
+                grown = self._reserve(role, nbytes)  # every rank fails alike: the heaps are symmetric
             buf = self._staging[role] = grown
         return buf[:nbytes].view(like.dtype).view(like.shape)
 
-    def completed(self) -> int:
-        """The epoch of the last collective this rank's device completed (a host sync)."""
-        return int(self.state[1].item())
+    def _reserve(self, role: str, nbytes: int) -> torch.Tensor:
+        name = f"{STAGING}.{role}.{len(self._names)}"
+        t = self.heap.reserve(name, nbytes)
+        self._names.append(name)
+        return t
 
     def flag_owner(self, offset: int) -> tuple[str, int] | None:
-        """Which flag (``"entry"``/``"exit"``, rank) sits at heap ``offset``, if any."""
-        for name, flags in (("entry", self.entry), ("exit", self.exit)):
-            start = self.heap.offset(flags)
-            size = flags.element_size()
-            if start <= offset < start + flags.numel() * size:
-                return name, (offset - start) // size
+        """Which flag (``"entry"``/``"exit"``/``"abandon"``, rank) sits at heap ``offset``, if any."""
+        start = self.heap.offset(self.sync)
+        index = (offset - start) // 8
+        if 0 <= index < 3 * self.flags:
+            return ("entry", "exit", "abandon")[index // self.flags], index % self.flags
         return None
 
     def reset(self) -> None:
-        self.entry.zero_()
-        self.exit.zero_()
-        self.state.zero_()
+        """Forget every epoch and give the staging back (``iris.ccl.reset`` runs it on every rank)."""
+        self.sync.zero_()
+        for name in self._names:
+            self.heap.unreserve(name)
+        self._names.clear()
+        self._staging.clear()
         self.launched = 0
+        self.history.clear()
+        self.broken = None
 
 
 def _ranks_per_device(heap) -> int:

@@ -1,0 +1,167 @@
+"""How ranks agree on a collective before anyone touches a peer, and what happens when they do not.
+
+Each launch of a collective's kernel goes through the same steps on the device (the kernels'
+``_enter`` / ``_leave``, in both backends):
+
+1. **Healthy?** A rank whose context already holds an error (an earlier collective failed, a
+   wait timed out) does not arrive: it touches no peer and tells every rank it gave up (its
+   ``abandon`` flag), so they stop at once rather than at their deadline.
+2. **Publish.** Program 0 writes this rank's *description* of the call (below) into every rank's
+   ``desc[rank]``, then raises ``entry[rank]`` to the epoch in every rank with release exchanges.
+   An exchange that returns a negative value finds a peer's mark: that peer gave up waiting for
+   this rank (step 3), so this rank stops and reports ``CollectiveAbandonedError`` naming it.
+3. **Wait, bounded by the clock.** Every program polls every rank's entry flag (and abandon flag)
+   until all arrived, a peer gave up, or ``heap.wait_timeout`` passed on the device clock. At the
+   deadline it marks each missing rank's flag with ``-epoch`` by a CAS from the value it saw: the
+   late rank's exchange (step 2) then finds the mark. The CAS and the exchange hit the same
+   word, so exactly one of them is first: either the late rank learns it was given up on, or the
+   waiter sees it arrive and goes on. A rank that gave up touches no peer's memory afterwards and
+   raises ``CollectiveTimeoutError`` naming the missing rank.
+4. **Agree.** Every program compares every rank's description with its own. On any difference
+   nobody touches a peer (each rank sees the same set of descriptions, so each finds one), and
+   every rank raises ``CollectiveMismatchError`` naming the field and both values.
+5. **Work**, then **exit**: the last program raises ``exit[rank]`` everywhere and waits for every
+   rank's (bounded as in step 3), so no rank returns while a peer may still touch its buffers.
+   A rank in error skips the exit and raises its ``abandon`` flag everywhere.
+
+Every failure is reported without a host synchronization (the heap's error record) and leaves
+the rank poisoned until ``iris.ccl.reset()`` has run on every rank. Validation that can fail on
+the host happens before a kernel is launched, so a rejected call publishes nothing.
+
+What the protocol cannot do: a rank that arrives within the instant of a peer's deadline may see
+every entry flag raised before the peer's give-up reaches it; it then moves the call's own data
+(its tensors and the peers' tensors of this same call, never any other allocation) and fails at
+the exit. After any error, the contents of the tensors of the failed call are undefined on every
+rank; the tensors of no other call are touched.
+
+The description is four int64 words: ``CODE`` packs the collective, its variant, the op, the
+dtype, which tensors are on the heap and the source rank; ``NUMEL`` is the element count of the
+input; ``OFF_A`` / ``OFF_B`` are the heap offsets of the buffers that peers read or write (the
+user's heap tensors or the collective's staging), -1 where there is none. Launch shapes (block
+size, programs, warps, backend) are not part of it: each rank's tiling is its own business, and
+ranks that pick different ones still move the same bytes.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from iris.heap import context as abi
+
+from .errors import CollectiveAbandonedError, CollectiveMismatchError, CollectiveTimeoutError
+
+__all__ = ["KINDS", "VARIANTS", "OPS", "DESC_WORDS", "describe", "decode", "translate_error"]
+
+DESC_WORDS = 4
+FIELDS = ("code", "numel", "offset a", "offset b")
+
+KINDS = {"all_reduce": 1, "all_gather": 2, "reduce_scatter": 3, "all_to_all": 4, "broadcast": 5, "barrier": 6}
+#: Algorithm variants (all_gather's push and pull are picked by where ``out`` lives).
+VARIANTS = {"": 0, "one_shot": 1, "two_shot": 2, "rs_ag": 3, "push": 4, "pull": 5}
+OPS = {"sum": 0, "max": 1, "min": 2, "avg": 3, "": 15}
+_DTYPES = [
+    getattr(torch, name)
+    for name in (
+        "bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64", "float16",
+        "bfloat16", "float32", "float64", "complex64", "complex128", "float8_e4m3fn", "float8_e5m2",
+        "float8_e4m3fnuz", "float8_e5m2fnuz",
+    )
+    if hasattr(torch, name)
+]  # fmt: skip
+_DTYPE_ID = {d: i + 1 for i, d in enumerate(_DTYPES)}
+
+# CODE's bit fields: (name, shift, width)
+_BITS = (("collective", 0, 4), ("variant", 4, 4), ("op", 8, 4), ("dtype", 12, 8), ("on heap", 20, 4), ("src", 24, 20))
+
+
+def describe(kind: str, *, variant: str = "", op: str = "", dtype=None, on_heap=(), src: int = -1) -> int:
+    """The CODE word of a call (see the module docstring)."""
+    heap_bits = sum(1 << i for i, on in enumerate(on_heap) if on)
+    values = (KINDS[kind], VARIANTS[variant], OPS[op], _DTYPE_ID.get(dtype, 0), heap_bits, src + 1)
+    code = 0
+    for (_, shift, width), value in zip(_BITS, values):
+        code |= (value & ((1 << width) - 1)) << shift
+    return code
+
+
+def decode(code: int) -> dict[str, object]:
+    """The fields of a CODE word, readable."""
+    raw = {name: (code >> shift) & ((1 << width) - 1) for name, shift, width in _BITS}
+    inverse = lambda table, v: next((k for k, x in table.items() if x == v), f"#{v}")  # noqa: E731
+    return {
+        "collective": inverse(KINDS, raw["collective"]),
+        "variant": inverse(VARIANTS, raw["variant"]) or "-",
+        "op": inverse(OPS, raw["op"]) or "-",
+        "dtype": _DTYPES[raw["dtype"] - 1] if 0 < raw["dtype"] <= len(_DTYPES) else "-",
+        "on heap": raw["on heap"],
+        "src": raw["src"] - 1,
+    }
+
+
+def _field_difference(field: int, mine: int, theirs: int) -> tuple[str, object, object]:
+    """(name, this rank's value, the peer's value) of the first difference in a description."""
+    if field == 0:
+        a, b = decode(mine), decode(theirs)
+        for name in a:
+            if a[name] != b[name]:
+                if name == "on heap":
+                    return "tensors on the heap", _heap_bits(a[name]), _heap_bits(b[name])
+                return name, a[name], b[name]
+        return "code", mine, theirs
+    if field == 1:
+        return "element count", mine, theirs
+    name = "heap offset of the buffer peers access" + (" (first)" if field == 2 else " (second)")
+    return name, _hex(mine), _hex(theirs)
+
+
+def _heap_bits(bits: int) -> str:
+    names = [n for i, n in enumerate(("first tensor", "second tensor")) if bits >> i & 1]
+    return " and ".join(names) if names else "none"
+
+
+def _hex(offset: int) -> str:
+    return "none" if offset < 0 else f"{offset:#x}"
+
+
+def translate_error(heap, error, name_of_epoch) -> Exception | None:
+    """The collectives' exception for a device error of theirs (``heap.add_error_translator``).
+
+    ``name_of_epoch(epoch)`` gives the collective that ran at an epoch, as far as the host knows.
+    """
+    rank = heap.rank
+    after = "Call iris.ccl.reset() on every rank before the next collective."
+    if error.code == abi.ERROR_COLLECTIVE_TIMEOUT:
+        name = name_of_epoch(error.value)
+        phase = "exit" if error.detail and _is_exit(heap, error.detail) else "entry"
+        doing = "reach" if phase == "entry" else "finish"
+        return CollectiveTimeoutError(
+            f"{name} timed out on rank {rank}: rank {error.peer} did not {doing} it within "
+            f"{heap.wait_timeout:g} s (waited {error.aux / 1e9:.3g} s by the device clock; collective #{error.value} "
+            f"on this heap). Rank {error.peer} crashed, is stuck, or called a different collective; this rank "
+            f"touched no peer's memory after giving up. {after} heap.wait_timeout sets the bound.",
+            collective=name, missing_rank=error.peer, rank=rank, offset=error.detail, value=error.value,
+        )  # fmt: skip
+    if error.code == abi.ERROR_COLLECTIVE_ABANDONED:
+        name = name_of_epoch(error.value)
+        return CollectiveAbandonedError(
+            f"{name} on rank {rank} was abandoned: rank {error.peer} gave up on it (it timed out, found a "
+            f"mismatch, or was already in error), so this rank stopped without touching peers' memory "
+            f"(collective #{error.value} on this heap). Rank {error.peer} raises the cause. {after}",
+            collective=name, abandoned_by=error.peer, rank=rank,
+        )  # fmt: skip
+    if error.code == abi.ERROR_COLLECTIVE_MISMATCH:
+        field, mine, theirs = _field_difference(error.detail, error.value, error.aux)
+        name = decode(error.value)["collective"] if error.detail == 0 else name_of_epoch(-1)
+        return CollectiveMismatchError(
+            f"ranks called different collectives: {field} is {mine} on rank {rank} but {theirs} on rank "
+            f"{error.peer} (this rank called {name}). No rank touched a peer's memory. Every rank must call "
+            f"the same collectives in the same order with matching arguments. {after}",
+            collective=str(name), field=field, values={rank: mine, error.peer: theirs}, rank=rank,
+        )  # fmt: skip
+    return None
+
+
+def _is_exit(heap, offset: int) -> bool:
+    from .workspace import workspace_of
+
+    return workspace_of(heap).flag_owner(offset)[0] == "exit"

@@ -54,10 +54,16 @@ def exchange_or_raise(control, payload, error: BaseException | None, what: str) 
 
     Without this, one rank failing to allocate would leave the others waiting forever in the
     next exchange. Returns every rank's payload when none failed; otherwise raises on every
-    rank, naming the ranks that failed and why.
+    rank, naming the ranks that failed and why. A rank whose own step failed raises its own error
+    even when the exchange breaks too (a peer died): that error says more than a closed connection.
     """
     mine = ("error", f"{type(error).__name__}: {error}") if error is not None else ("ok", payload)
-    everyone = control.all_gather_object(mine)
+    try:
+        everyone = control.all_gather_object(mine)
+    except Exception as broken:
+        if error is not None:
+            raise error from broken
+        raise
     failed = [(r, msg) for r, (status, msg) in enumerate(everyone) if status == "error"]
     if failed:
         if error is not None:

@@ -94,6 +94,7 @@ def check_all(rank, world_size, backend):
                 ccl.broadcast(t, src, config=cfg)
                 _check(t, inputs[src], f"broadcast src={src} {dtype} {shape} heap={on_heap}")
     ccl.barrier()
+    heap.barrier()  # raises what the (asynchronous) collectives recorded, if anything
     heap.check_symmetry()
     return digest.hexdigest()
 
@@ -123,6 +124,7 @@ def back_to_back(rank, world_size, backend, count):
         else:
             ccl.broadcast(x, i % w, config=cfg)
             expected = _all_expected(expected, w)[i % w]
+    heap.barrier()  # raises what the (asynchronous) collectives recorded, if anything
     assert torch.equal(x.cpu(), expected), (x, expected)
     return x.sum().item()
 
@@ -196,7 +198,12 @@ def bad_inputs(rank, world_size, backend):
         (ValueError, "unknown variant", lambda: ccl.Config(variant="tree")),
         (ValueError, "unknown backend", lambda: ccl.Config(backend="cuda")),
         (ValueError, "power of two", lambda: ccl.Config(block_size=100)),
+        (ValueError, "power of two", lambda: ccl.Config(block_size=2**21)),
         (ValueError, "positive int", lambda: ccl.Config(num_programs=0)),
+        (ValueError, "power of two", lambda: ccl.Config(num_warps=3)),
+        (TypeError, "blocking must be", lambda: ccl.Config(blocking="no")),
+        (TypeError, "unexpected keyword", lambda: ccl.Config(check_errors=False)),
+        (TypeError, "iris.heap.SymmetricHeap", lambda: ccl.all_reduce(x, heap="heap")),
     ]
     if w > 1:
         cases += [
@@ -231,7 +238,7 @@ def missing_rank(rank, world_size, backend):
 
     heap = iris.heap.init(1 << 20)
     heap.wait_timeout = 1.0
-    cfg = ccl.Config(backend=backend, block_size=64)
+    cfg = ccl.Config(backend=backend, block_size=64, blocking=True)
     x = heap.ones(100)
     ccl.all_reduce(x, config=cfg)
     skipper = world_size - 1
@@ -253,31 +260,31 @@ def missing_rank(rank, world_size, backend):
 
 
 def unchecked_barrier(rank, world_size, backend):
-    """barrier(check_errors=False) does not sync with the host: a missing rank's timeout is left on
-    the device for the next check, which names it; the heap works again after reset()."""
+    """The default (asynchronous) barrier does not sync with the host: a missing rank's timeout is
+    left in the error record for the next check, which names it; the heap works again after reset()."""
     import time
 
     import pytest
 
-    from iris.heap import WaitTimeoutError
-
     heap = iris.heap.init(1 << 20)
     heap.wait_timeout = 1.0
-    quiet = ccl.Config(backend=backend, check_errors=False)
+    quiet = ccl.Config(backend=backend)
     ccl.barrier(config=quiet)  # everyone arrives: nothing to report
+    if heap.device.type == "cuda":
+        torch.cuda.synchronize(heap.device)
     heap.check_device_errors()
     skipper = world_size - 1
     if rank == skipper:
         time.sleep(0.5)  # this rank skips the barrier the others enter
     else:
-        ccl.barrier(config=quiet)  # returns without raising: nobody read the error word yet
-        with pytest.raises(WaitTimeoutError):
+        ccl.barrier(config=quiet)  # returns without raising (on a GPU: before the wait even ends)
+        with pytest.raises(ccl.CollectiveTimeoutError, match=rf"rank {skipper} did not reach it"):
             if heap.device.type == "cuda":
                 torch.cuda.synchronize(heap.device)
             heap.check_device_errors()
     ccl.reset()
     heap.wait_timeout = 60.0
-    ccl.barrier(config=ccl.Config(backend=backend))  # checked, and every rank arrives
+    ccl.barrier(config=ccl.Config(backend=backend, blocking=True))  # checked, and every rank arrives
 
 
 def direct_launch(rank, world_size, backend):
@@ -310,7 +317,7 @@ def direct_launch(rank, world_size, backend):
         collectives.DIRECT_LAUNCH = direct
         y = heap.as_symmetric(x)
         for _ in range(5):
-            ccl.all_reduce(y, op="avg", config=ccl.Config(backend=backend, check_errors=False))
+            ccl.all_reduce(y, op="avg", config=ccl.Config(backend=backend))
         ccl.barrier()
         results.append(y.cpu())
     collectives.DIRECT_LAUNCH = True
@@ -322,7 +329,7 @@ def relaunch(rank, world_size, backend):
     """The epoch is read from the device, not passed in: launching a collective's kernel again
     with the very same arguments (what a CUDA graph's replay does) synchronizes as a new
     collective, and the host's collectives afterwards still pair up."""
-    from iris.ccl import collectives
+    from iris.ccl import collectives, protocol
     from iris.ccl.workspace import workspace_of
 
     heap = iris.heap.init(1 << 20)
@@ -335,8 +342,9 @@ def relaunch(rank, world_size, backend):
     before = ws.completed()
     K = collectives._kernels(backend)
     chunk = -(-x.numel() // w)
-    flags = 1 << max(0, w - 1).bit_length()
-    args = (heap.context, ws.entry, ws.exit, ws.state, x, x, x.numel(), chunk)
+    flags = ws.flags
+    code = protocol.describe("all_reduce", variant="two_shot", op="sum", dtype=x.dtype, on_heap=(True,))
+    args = (heap.context, ws.sync, code, x.numel(), heap.offset(x), -1, x, x, x.numel(), chunk)
     consts = dict(PUSH=True, DST_CHUNKED=True, W=w, OP=0, ACC_F32=False, IS_FLOAT=True, FLAGS=flags, BLOCK=BLOCK)
     for i in range(3):  # the two_shot all_reduce's launch, three times with identical arguments
         x.fill_(float(rank + i))
@@ -346,8 +354,8 @@ def relaunch(rank, world_size, backend):
     assert ws.completed() == before + 3, (before, ws.completed())
     assert int(ws.state[0].item()) == 0, "the last program resets the launch's count"
     # every rank finished the relaunches (peers may already have entered the next collective)
-    assert ws.exit.cpu().tolist() == [before + 3] * w, ws.exit
-    assert int(ws.entry[rank].item()) == before + 3 and bool((ws.entry >= before + 3).all()), ws.entry
+    assert ws.exit.cpu().tolist()[:w] == [before + 3] * w, ws.exit
+    assert int(ws.entry[rank].item()) == before + 3 and bool((ws.entry[:w] >= before + 3).all()), ws.entry
     y = heap.full((70,), float(rank))
     ccl.all_reduce(y, config=cfg)  # host-launched collectives still pair up with the peers'
     _check(y, torch.full((70,), float(sum(range(w)))), "all_reduce after the relaunches")

@@ -9,9 +9,11 @@ from triton.compiler import ASTSource
 TARGETS = {"cuda": GPUTarget("cuda", 90, 32), "hip": GPUTarget("hip", "gfx942", 64)}
 _HEAD = {
     "context_ptr": "*i64",
-    "entry": "*i64",
-    "exit_flags": "*i64",
-    "state": "*i64",
+    "sync": "*i64",
+    "CODE": "i64",
+    "NUMEL": "i64",
+    "OFF_A": "i64",
+    "OFF_B": "i64",
 }
 _REDUCE_FLAGS = {
     "W": "constexpr",
@@ -25,15 +27,15 @@ _REDUCE_FLAGS = {
 
 def _aligned(signature):
     return {
-        (i,): [["tt.divisibility", 16]] for i, t in enumerate(signature.values()) if t.startswith("*") or t == "i32"
+        (i,): [["tt.divisibility", 16]] for i, (n, t) in enumerate(signature.items()) if t.startswith("*") or (t == "i32")
     }
 
 
 def cases(K):
-    out = [("barrier", K.barrier_kernel, {"context_ptr": "*i64", "entry": "*i64", "state": "*i64", "FLAGS": "constexpr"},
-            {"FLAGS": 4})]  # fmt: skip
+    out = [("barrier", K.barrier_kernel, {**_HEAD, "FLAGS": "constexpr"}, {"FLAGS": 4})]
     for dt, op, acc, is_float in [
         ("fp32", 0, False, True),
+        ("fp64", 3, False, True),
         ("bf16", 1, True, True),
         ("fp16", 3, True, True),
         ("i32", 2, False, False),

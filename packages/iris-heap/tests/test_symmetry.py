@@ -142,6 +142,19 @@ def _context_manager_and_default(rank, world_size):
         iris.heap.default_heap()
 
 
+def _default_falls_back_to_the_newest_open_heap(rank, world_size):
+    older, newer = iris.heap.init(1 << 16), iris.heap.init(1 << 16)
+    assert iris.heap.default_heap() is newer
+    newer.close()
+    assert iris.heap.default_heap() is older, "closing the newer heap leaves the older one the default"
+    newest = iris.heap.init(1 << 16)
+    older.close()
+    assert iris.heap.default_heap() is newest
+    newest.close()
+    with pytest.raises(iris.heap.HeapError, match="no open heap"):
+        iris.heap.default_heap()
+
+
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
 def test_offsets_are_symmetric(world, world_size):
     world.run(_same_offsets, world_size)
@@ -185,3 +198,8 @@ def test_ranks_must_agree_on_the_heap_size(world, world_size):
 @pytest.mark.parametrize("world_size", [1, 2])
 def test_context_manager_closes_and_clears_default(world, world_size):
     world.run(_context_manager_and_default, world_size)
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_default_heap_falls_back_to_the_newest_open_heap(world, world_size):
+    world.run(_default_falls_back_to_the_newest_open_heap, world_size)

@@ -15,12 +15,20 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 import iris.mem.gluon as img
+from iris.heap import context as abi
 from iris.mem.gluon import Context
+from iris.mem.gluon import ops as mops
 
 __all__ = ["barrier_kernel", "one_shot_kernel", "reduce_kernel", "gather_kernel", "push_kernel"]
 
 #: Bytes one thread moves per vector access (as ``iris.mem.gluon.blocked_layout``).
 _VECTOR_BYTES = 16
+_EXT_WAIT_TIMEOUT_NS = gl.constexpr(abi.BASES_INDEX + abi.EXT_WAIT_TIMEOUT_NS)  # + world_size
+_TIMEOUT = gl.constexpr(abi.ERROR_COLLECTIVE_TIMEOUT)
+_MISMATCH = gl.constexpr(abi.ERROR_COLLECTIVE_MISMATCH)
+_ABANDONED = gl.constexpr(abi.ERROR_COLLECTIVE_ABANDONED)
+_NEVER = gl.constexpr(-(2**62))  # a value no flag ever holds: a CAS expecting it changes nothing
+DESC_WORDS = gl.constexpr(4)  # code, numel, offset a, offset b (iris.ccl.protocol)
 
 
 def _value(x):
@@ -47,44 +55,197 @@ def _tile_layout(block, num_warps, dtype, _semantic=None):
 _tile_layout.__triton_builtin__ = True  # called with the code generator's _semantic when compiled
 
 
+# -- the sync block (iris.ccl.workspace) and the protocol (iris.ccl.protocol), as in _triton_kernels --
+
+
+@gluon.jit
+def _entry(sync, FLAGS: gl.constexpr):
+    return sync
+
+
+@gluon.jit
+def _exit(sync, FLAGS: gl.constexpr):
+    return sync + FLAGS
+
+
+@gluon.jit
+def _abandon(sync, FLAGS: gl.constexpr):
+    return sync + 2 * FLAGS
+
+
+@gluon.jit
+def _desc(sync, epoch, FLAGS: gl.constexpr):
+    """The descriptions of the call at ``epoch``: two sets, by the epoch's parity (see _triton_kernels)."""
+    return sync + 3 * FLAGS + (epoch % 2) * (DESC_WORDS * FLAGS)
+
+
+@gluon.jit
+def _state(sync, FLAGS: gl.constexpr):
+    return sync + (3 + 2 * DESC_WORDS) * FLAGS
+
+
+@gluon.jit
+def _index(FLAGS: gl.constexpr):
+    L: gl.constexpr = _tile_layout(FLAGS, gl.num_warps(), gl.int32)
+    return gl.arange(0, FLAGS, layout=L)
+
+
 @gluon.jit
 def _lanes(ctx, FLAGS: gl.constexpr):
     """One lane per rank, FLAGS (a power of two >= the world size) of them: lanes past the world
-    repeat the last rank (an exchange of the same epoch, or a second look at the same flag)."""
-    L: gl.constexpr = _tile_layout(FLAGS, gl.num_warps(), gl.int32)
-    return gl.minimum(gl.arange(0, FLAGS, layout=L), ctx.world_size - 1)
+    repeat the last rank (an exchange of the same value, or a second look at the same flag)."""
+    return gl.minimum(_index(FLAGS), ctx.world_size - 1)
 
 
 @gluon.jit
-def _arrive(ctx, flags, epoch, FLAGS: gl.constexpr):
-    """Write ``epoch`` into ``flags[rank]`` of every rank at once (a release exchange per lane)."""
+def _real(ctx, FLAGS: gl.constexpr):
+    """The lanes that stand for a rank of their own (not a repeat of the last one)."""
+    return _index(FLAGS) < ctx.world_size
+
+
+@gluon.jit
+def _any(cond):
+    return gl.max(cond.to(gl.int32), axis=0) != 0
+
+
+@gluon.jit
+def _first(cond, values, FLAGS: gl.constexpr):
+    """``values`` (int64) at the first lane where ``cond`` holds."""
+    i = _index(FLAGS)
+    lane = gl.min(gl.where(cond, i, FLAGS), axis=0)
+    return gl.max(gl.where(i == lane, values.to(gl.int64), _NEVER), axis=0)
+
+
+@gluon.jit
+def _offset(ctx, ptr):
+    """The local heap offset of ``ptr`` (for error records)."""
+    return ptr.to(gl.int64, bitcast=True) - gl.load(ctx.heap_bases + ctx.rank)
+
+
+@gluon.jit
+def _poll(ctx, ptrs):
+    """Acquire reads of local flags (a block), all at once."""
+    return ctx.atomic_add(ptrs, 0, ctx.rank, sem="acquire", scope="sys")
+
+
+@gluon.jit
+def _arrive(ctx, flags, sync, value, FLAGS: gl.constexpr):
+    """Write ``value`` into ``flags[rank]`` of every rank (a release exchange per lane); False, with
+    ERROR_COLLECTIVE_ABANDONED recorded, if a peer had marked this rank's flag (it gave up)."""
     r = _lanes(ctx, FLAGS)
-    ctx.atomic_xchg(flags + ctx.rank + r * 0, epoch, r, sem="release", scope="sys")
+    old = ctx.atomic_xchg(flags + ctx.rank + r * 0, value, r, sem="release", scope="sys")
+    marked = _real(ctx, FLAGS) & (old < 0)
+    ok = _any(marked) == 0
+    if ok == 0:
+        peer = _first(marked, r, FLAGS)
+        mops.record_error(ctx.context_ptr, _ABANDONED, _offset(ctx, flags + ctx.rank), -_first(marked, old, FLAGS), peer, 0)
+    return ok
 
 
 @gluon.jit
-def _await_all(ctx, flags, epoch, FLAGS: gl.constexpr):
-    """Bounded wait until every rank's local ``flags[r]`` has reached ``epoch`` (all polled at once)."""
-    ctx.wait(flags + _lanes(ctx, FLAGS), epoch, ">=")
+def _give_up(ctx, sync, epoch, FLAGS: gl.constexpr):
+    """Tell every rank that this rank stopped this collective (its ``abandon`` flag)."""
+    r = _lanes(ctx, FLAGS)
+    ctx.atomic_xchg(_abandon(sync, FLAGS) + ctx.rank + r * 0, epoch, r, sem="release", scope="sys")
 
 
 @gluon.jit
-def _enter(ctx, entry, state, FLAGS: gl.constexpr):
-    """This collective's epoch, once every rank has reached it (see ``_triton_kernels``)."""
-    epoch = gl.load(state + 1) + 1
-    if gl.program_id(0) == 0:
-        _arrive(ctx, entry, epoch, FLAGS)
-    _await_all(ctx, entry, epoch, FLAGS)
-    return epoch
+def _await(ctx, flags, sync, epoch, FLAGS: gl.constexpr):
+    """Bounded wait until every rank's local ``flags[r]`` has reached ``epoch`` (see _triton_kernels)."""
+    lanes = _lanes(ctx, FLAGS)
+    real = _real(ctx, FLAGS)
+    mine = flags + lanes
+    gone = _abandon(sync, FLAGS) + lanes
+    timeout = gl.load(ctx.context_ptr + _EXT_WAIT_TIMEOUT_NS + ctx.world_size)
+    start = mops.clock_ns()
+    seen = _poll(ctx, mine)
+    quit = _any(real & (_poll(ctx, gone) != 0))
+    done = _any(seen < epoch) == 0
+    healthy = mops.healthy(ctx.context_ptr)
+    waited = mops.clock_ns() - start
+    while (done == 0) & healthy & (quit == 0) & (waited < timeout):
+        seen = _poll(ctx, mine)
+        quit = _any(real & (_poll(ctx, gone) != 0))
+        done = _any(seen < epoch) == 0
+        healthy = mops.healthy(ctx.context_ptr)
+        waited = mops.clock_ns() - start
+    if (done == 0) & healthy & (quit == 0):  # the deadline: give up on the missing ranks
+        missing = real & (seen < epoch)
+        never = gl.full([FLAGS], _NEVER, gl.int64, seen.type.layout)
+        old = ctx.atomic_cas(mine, gl.where(missing, seen, never), gl.where(missing, 0 - epoch + seen * 0, never), ctx.rank,
+                             sem="acq_rel", scope="sys")  # fmt: skip
+        late = missing & (old < epoch)  # still missing (or already marked by another program)
+        if _any(late):
+            peer = _first(late, lanes, FLAGS)
+            mops.record_error(ctx.context_ptr, _TIMEOUT, _offset(ctx, flags + peer), epoch, peer, waited)
+        done = _any(late) == 0  # every missing rank arrived just before the mark
+    if quit & (done == 0):
+        gave = real & (_poll(ctx, gone) != 0)
+        peer = _first(gave, lanes, FLAGS)
+        mops.record_error(ctx.context_ptr, _ABANDONED, _offset(ctx, _abandon(sync, FLAGS) + peer), epoch, peer, 0)
+    return done & (quit == 0) & mops.healthy(ctx.context_ptr)
 
 
 @gluon.jit
-def _leave(ctx, exit_flags, state, epoch, FLAGS: gl.constexpr):
+def _agree(ctx, sync, epoch, code, numel, off_a, off_b, FLAGS: gl.constexpr):
+    """Whether every rank published this rank's description of the call (see _triton_kernels)."""
+    lanes = _lanes(ctx, FLAGS)
+    desc = _desc(sync, epoch, FLAGS) + lanes * DESC_WORDS
+    c = _poll(ctx, desc + 0)
+    n = _poll(ctx, desc + 1)
+    a = _poll(ctx, desc + 2)
+    b = _poll(ctx, desc + 3)
+    differs = (c != code) | (n != numel) | (a != off_a) | (b != off_b)
+    ok = _any(differs) == 0
+    if ok == 0:
+        field = gl.where(c != code, 0, gl.where(n != numel, 1, gl.where(a != off_a, 2, 3)))
+        theirs = gl.where(field == 0, c, gl.where(field == 1, n, gl.where(field == 2, a, b)))
+        ours = gl.where(field == 0, code + c * 0, gl.where(field == 1, numel + c * 0, gl.where(field == 2, off_a + c * 0, off_b + c * 0)))
+        peer = _first(differs, lanes, FLAGS)
+        mops.record_error(
+            ctx.context_ptr, _MISMATCH, _first(differs, field, FLAGS), _first(differs, ours, FLAGS), peer,
+            _first(differs, theirs, FLAGS),
+        )  # fmt: skip
+    return ok
+
+
+@gluon.jit
+def _enter(ctx, sync, code, numel, off_a, off_b, FLAGS: gl.constexpr):
+    """(epoch, go): this collective's epoch, and whether this program may touch peers' memory."""
+    epoch = gl.load(_state(sync, FLAGS) + 1) + 1
+    go = mops.healthy(ctx.context_ptr)
+    if go:
+        if gl.program_id(0) == 0:
+            r = _lanes(ctx, FLAGS)
+            desc = _desc(sync, epoch, FLAGS) + ctx.rank * DESC_WORDS + r * 0
+            ctx.store(desc + 0, code, r)
+            ctx.store(desc + 1, numel, r)
+            ctx.store(desc + 2, off_a, r)
+            ctx.store(desc + 3, off_b, r)
+            img.barrier()  # the description is written before the entry flag releases it
+            go = _arrive(ctx, _entry(sync, FLAGS), sync, epoch, FLAGS)
+        if go:
+            go = _await(ctx, _entry(sync, FLAGS), sync, epoch, FLAGS)
+        if go:
+            go = _agree(ctx, sync, epoch, code, numel, off_a, off_b, FLAGS)
+    return epoch, go
+
+
+@gluon.jit
+def _leave(ctx, sync, epoch, FLAGS: gl.constexpr):
+    """Exit (see _triton_kernels): the last program raises this rank's exit flag everywhere and
+    waits for every rank's; a rank in error skips it and tells the peers it gave up."""
+    state = _state(sync, FLAGS)
     img.barrier()  # every thread's stores are done before this program's release
     done = ctx.atomic_add(state, 1, ctx.rank, sem="acq_rel", scope="sys") + 1
     if done == gl.num_programs(0):  # the last program of the launch: every other one has counted itself
-        _arrive(ctx, exit_flags, epoch, FLAGS)
-        _await_all(ctx, exit_flags, epoch, FLAGS)
+        ok = mops.healthy(ctx.context_ptr)
+        if ok:
+            ok = _arrive(ctx, _exit(sync, FLAGS), sync, epoch, FLAGS)
+        if ok:
+            ok = _await(ctx, _exit(sync, FLAGS), sync, epoch, FLAGS)
+        if ok == 0:
+            _give_up(ctx, sync, epoch, FLAGS)
         gl.store(state, epoch * 0)
         gl.store(state + 1, epoch)  # read by the next launch in stream order
 
@@ -122,7 +283,10 @@ def _reduce_tile(ctx, src, mask, W: gl.constexpr, OP: gl.constexpr, ACC_F32: gl.
             v = v.to(gl.float32)
         acc = _combine(acc, v, OP, IS_FLOAT)
     if OP == 3:
-        acc = tl.div_rn(acc, ctx.world_size.to(acc.dtype))  # IEEE-rounded, as torch divides
+        if acc.dtype == gl.float64:
+            acc = acc / ctx.world_size.to(gl.float64)  # fp64 division is IEEE-rounded already
+        else:
+            acc = tl.div_rn(acc, ctx.world_size.to(acc.dtype))  # IEEE-rounded, as torch divides
     return acc
 
 
@@ -139,38 +303,42 @@ def _cast_out(acc, out_dtype: gl.constexpr):
     return out
 
 
-@gluon.jit
-def barrier_kernel(context_ptr, entry, state, FLAGS: gl.constexpr):
-    """One program: raise this rank's entry flag in every rank, wait for every rank's."""
+_DESC = ["CODE", "NUMEL", "OFF_A", "OFF_B"]  # vary per call: never specialized on
+
+
+@gluon.jit(do_not_specialize=_DESC)
+def barrier_kernel(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS: gl.constexpr):
+    """One program: every rank arrives (and agrees that this is a barrier); no exit needed."""
     ctx = Context.initialize(context_ptr)
-    epoch = gl.load(state + 1) + 1
-    _arrive(ctx, entry, epoch, FLAGS)
-    _await_all(ctx, entry, epoch, FLAGS)
-    gl.store(state + 1, epoch)
+    epoch, go = _enter(ctx, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS)
+    if go == 0:
+        _give_up(ctx, sync, epoch, FLAGS)
+    gl.store(_state(sync, FLAGS) + 1, epoch)
 
 
-@gluon.jit
+@gluon.jit(do_not_specialize=_DESC)
 def one_shot_kernel(
-    context_ptr, entry, exit_flags, state, src, dst, N,
+    context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, src, dst, N,
     W: gl.constexpr, OP: gl.constexpr, ACC_F32: gl.constexpr, IS_FLOAT: gl.constexpr, FLAGS: gl.constexpr, BLOCK: gl.constexpr,
 ):  # fmt: skip
     """dst (local) = op over ranks of src (every rank's staged copy of its input)."""
     ctx = Context.initialize(context_ptr)
     L: gl.constexpr = _tile_layout(BLOCK, gl.num_warps(), src.dtype.element_ty)
-    epoch = _enter(ctx, entry, state, FLAGS)
-    t = gl.program_id(0)
-    while t < gl.cdiv(N, BLOCK):
-        offs = t * BLOCK + gl.arange(0, BLOCK, layout=L)
-        mask = offs < N
-        acc = _reduce_tile(ctx, src + offs, mask, W, OP, ACC_F32, IS_FLOAT)
-        gl.store(dst + offs, _cast_out(acc, dst.dtype.element_ty), mask=mask)
-        t += gl.num_programs(0)
-    _leave(ctx, exit_flags, state, epoch, FLAGS)
+    epoch, go = _enter(ctx, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS)
+    if go:
+        t = gl.program_id(0)
+        while t < gl.cdiv(N, BLOCK):
+            offs = t * BLOCK + gl.arange(0, BLOCK, layout=L)
+            mask = offs < N
+            acc = _reduce_tile(ctx, src + offs, mask, W, OP, ACC_F32, IS_FLOAT)
+            gl.store(dst + offs, _cast_out(acc, dst.dtype.element_ty), mask=mask)
+            t += gl.num_programs(0)
+    _leave(ctx, sync, epoch, FLAGS)
 
 
-@gluon.jit
+@gluon.jit(do_not_specialize=_DESC)
 def reduce_kernel(
-    context_ptr, entry, exit_flags, state, src, dst, N, chunk,
+    context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, src, dst, N, chunk,
     PUSH: gl.constexpr, DST_CHUNKED: gl.constexpr,
     W: gl.constexpr, OP: gl.constexpr, ACC_F32: gl.constexpr, IS_FLOAT: gl.constexpr, FLAGS: gl.constexpr, BLOCK: gl.constexpr,
 ):  # fmt: skip
@@ -182,31 +350,32 @@ def reduce_kernel(
     """
     ctx = Context.initialize(context_ptr)
     L: gl.constexpr = _tile_layout(BLOCK, gl.num_warps(), src.dtype.element_ty)
-    epoch = _enter(ctx, entry, state, FLAGS)
-    start = ctx.rank * chunk
-    t = gl.program_id(0)
-    while t < gl.cdiv(chunk, BLOCK):
-        local = t * BLOCK + gl.arange(0, BLOCK, layout=L)
-        offs = start + local
-        mask = (local < chunk) & (offs < N)
-        acc = _reduce_tile(ctx, src + offs, mask, W, OP, ACC_F32, IS_FLOAT)
-        out = _cast_out(acc, dst.dtype.element_ty)
-        if DST_CHUNKED:
-            where = dst + offs
-        else:
-            where = dst + local
-        if PUSH:
-            for j in gl.static_range(W):
-                ctx.store(where, out, (ctx.rank + j) % W, mask=mask)
-        else:
-            gl.store(where, out, mask=mask)
-        t += gl.num_programs(0)
-    _leave(ctx, exit_flags, state, epoch, FLAGS)
+    epoch, go = _enter(ctx, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS)
+    if go:
+        start = ctx.rank * chunk
+        t = gl.program_id(0)
+        while t < gl.cdiv(chunk, BLOCK):
+            local = t * BLOCK + gl.arange(0, BLOCK, layout=L)
+            offs = start + local
+            mask = (local < chunk) & (offs < N)
+            acc = _reduce_tile(ctx, src + offs, mask, W, OP, ACC_F32, IS_FLOAT)
+            out = _cast_out(acc, dst.dtype.element_ty)
+            if DST_CHUNKED:
+                where = dst + offs
+            else:
+                where = dst + local
+            if PUSH:
+                for j in gl.static_range(W):
+                    ctx.store(where, out, (ctx.rank + j) % W, mask=mask)
+            else:
+                gl.store(where, out, mask=mask)
+            t += gl.num_programs(0)
+    _leave(ctx, sync, epoch, FLAGS)
 
 
-@gluon.jit
+@gluon.jit(do_not_specialize=_DESC)
 def gather_kernel(
-    context_ptr, entry, exit_flags, state, src, dst,
+    context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, src, dst,
     n, total, src_stride, src_offset, dst_stride, first, COUNT: gl.constexpr, FLAGS: gl.constexpr, BLOCK: gl.constexpr,
 ):  # fmt: skip
     """For ranks r = first, first+1, ... (COUNT of them, mod W; unrolled, so their loads overlap):
@@ -215,35 +384,37 @@ def gather_kernel(
     """
     ctx = Context.initialize(context_ptr)
     L: gl.constexpr = _tile_layout(BLOCK, gl.num_warps(), src.dtype.element_ty)
-    epoch = _enter(ctx, entry, state, FLAGS)
-    t = gl.program_id(0)
-    while t < gl.cdiv(n, BLOCK):
-        offs = t * BLOCK + gl.arange(0, BLOCK, layout=L)
-        for j in gl.static_range(COUNT):
-            r = (first + j) % ctx.world_size
-            mask = (offs < n) & (r * dst_stride + offs < total)
-            v = ctx.load(src + r * src_stride + src_offset + offs, r, mask=mask)
-            gl.store(dst + r * dst_stride + offs, v, mask=mask)
-        t += gl.num_programs(0)
-    _leave(ctx, exit_flags, state, epoch, FLAGS)
+    epoch, go = _enter(ctx, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS)
+    if go:
+        t = gl.program_id(0)
+        while t < gl.cdiv(n, BLOCK):
+            offs = t * BLOCK + gl.arange(0, BLOCK, layout=L)
+            for j in gl.static_range(COUNT):
+                r = (first + j) % ctx.world_size
+                mask = (offs < n) & (r * dst_stride + offs < total)
+                v = ctx.load(src + r * src_stride + src_offset + offs, r, mask=mask)
+                gl.store(dst + r * dst_stride + offs, v, mask=mask)
+            t += gl.num_programs(0)
+    _leave(ctx, sync, epoch, FLAGS)
 
 
-@gluon.jit
+@gluon.jit(do_not_specialize=_DESC)
 def push_kernel(
-    context_ptr, entry, exit_flags, state, src, dst, n, dst_offset,
+    context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, src, dst, n, dst_offset,
     W: gl.constexpr, FLAGS: gl.constexpr, BLOCK: gl.constexpr,
 ):  # fmt: skip
     """Every rank's dst[dst_offset + i] = this rank's src[i], for i < n (all_gather into heap
     outputs: each input read once, from local memory, and stored into all W ranks)."""
     ctx = Context.initialize(context_ptr)
     L: gl.constexpr = _tile_layout(BLOCK, gl.num_warps(), src.dtype.element_ty)
-    epoch = _enter(ctx, entry, state, FLAGS)
-    t = gl.program_id(0)
-    while t < gl.cdiv(n, BLOCK):
-        offs = t * BLOCK + gl.arange(0, BLOCK, layout=L)
-        mask = offs < n
-        v = gl.load(src + offs, mask=mask)
-        for j in gl.static_range(W):
-            ctx.store(dst + dst_offset + offs, v, (ctx.rank + j) % W, mask=mask)
-        t += gl.num_programs(0)
-    _leave(ctx, exit_flags, state, epoch, FLAGS)
+    epoch, go = _enter(ctx, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS)
+    if go:
+        t = gl.program_id(0)
+        while t < gl.cdiv(n, BLOCK):
+            offs = t * BLOCK + gl.arange(0, BLOCK, layout=L)
+            mask = offs < n
+            v = gl.load(src + offs, mask=mask)
+            for j in gl.static_range(W):
+                ctx.store(dst + dst_offset + offs, v, (ctx.rank + j) % W, mask=mask)
+            t += gl.num_programs(0)
+    _leave(ctx, sync, epoch, FLAGS)

@@ -218,14 +218,14 @@ def rank_main(args: argparse.Namespace) -> dict:
                 part = torch.empty(n // w, device=dev)
                 for name in args.collectives:
                     coll, _, variant = name.partition(":")
-                    # checked once against torch, with error checks on
+                    # checked once against torch (blocking: raises at once)
                     x.copy_(_input(rank, n, dev))
-                    _calls(x, out, part, n, ccl.Config(variant=variant or "auto", backend=args.backend))[coll]()
+                    _calls(x, out, part, n, ccl.Config(variant=variant or "auto", backend=args.backend, blocking=True))[coll]()
                     found = validation.compare(_result(coll, x, out, part, n), expected(coll, rank, w, n), rank=rank,
                                                what=f"{name} of {format_bytes(nbytes)} per rank")  # fmt: skip
                     mismatches += [found] if found is not None else []
                     x.normal_()
-                    cfg = ccl.Config(variant=variant or "auto", backend=args.backend, check_errors=False)
+                    cfg = ccl.Config(variant=variant or "auto", backend=args.backend)
                     t = timed(_calls(x, out, part, n, cfg)[coll], args.iters)
                     heap.barrier()  # surfaces any device-side timeout from the timed loop
                     moved = traffic(coll, nbytes, w)
@@ -243,7 +243,7 @@ def rank_main(args: argparse.Namespace) -> dict:
         for nbytes in sorted(set(args.latency_sizes)):  # small-message all_reduce latency
             y = heap.randn(nbytes // 4)
             for variant in LATENCY_VARIANTS:
-                cfg = ccl.Config(variant=variant, backend=args.backend, check_errors=False)
+                cfg = ccl.Config(variant=variant, backend=args.backend)
                 call = lambda y=y, cfg=cfg: ccl.all_reduce(y, config=cfg)  # noqa: E731
                 t = timed(call, max(1, args.latency_iters // args.reps))
                 one = timing.bench(call, iters=args.latency_iters, device=dev)

@@ -412,3 +412,39 @@ def cuda_graph(rank, world_size, backend):
     collectives()  # eager again, after the replays
     check(9)
     dist.barrier(group=heap.group)
+
+
+def no_host_sync(rank, world_size, backend):
+    """GPU: no collective waits for the device. Each is called behind a long queued kernel and
+    returns while that kernel still runs; their results are right once the stream gets to them."""
+    heap = iris.heap.init(1 << 24)
+    w, dev = world_size, heap.device
+    cfg = ccl.Config(backend=backend)
+    x = heap.full((1000,), float(rank + 1))
+    y = torch.full((300,), float(rank + 1), device=dev)  # staged: its copies are queued too
+    out = heap.zeros(w * 1000)
+    ccl.all_reduce(x, config=cfg)  # compile everything first (the first call of a shape may compile)
+    ccl.all_reduce(y, config=cfg)
+    ccl.all_gather(out, x, config=cfg)
+    ccl.barrier(config=cfg)
+    heap.barrier()
+    x.fill_(float(rank + 1))
+    y.fill_(float(rank + 1))
+    dist.barrier(group=heap.group)
+    blocker = torch.cuda.Event()
+    torch.cuda._sleep(int(2e9))  # about a second of spinning on the stream
+    blocker.record()
+    calls = {
+        "all_reduce": lambda: ccl.all_reduce(x, config=cfg),
+        "staged all_reduce": lambda: ccl.all_reduce(y, config=cfg),
+        "all_gather": lambda: ccl.all_gather(out, x, config=cfg),
+        "barrier": lambda: ccl.barrier(config=cfg),
+    }
+    for name, call in calls.items():
+        call()
+        assert not blocker.query(), f"{name} waited for the device (the queued spin had ended when it returned)"
+    heap.barrier()
+    total = float(sum(range(1, w + 1)))
+    _check(x, torch.full((1000,), total), "all_reduce behind the spin")
+    _check(y, torch.full((300,), total), "staged all_reduce behind the spin")
+    _check(out, torch.cat([torch.full((1000,), total)] * w), "all_gather behind the spin")

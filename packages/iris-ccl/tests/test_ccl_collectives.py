@@ -45,3 +45,9 @@ def test_a_relaunch_with_the_same_arguments_synchronizes_as_a_new_collective(wor
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_collectives_replayed_from_a_cuda_graph_match_torch(world, backend, world_size):
     world.run(_ccl_cases.cuda_graph, world_size, backend)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_no_collective_synchronizes_the_host_with_the_device(world, backend, world_size):
+    world.run(_ccl_cases.no_host_sync, world_size, backend)

@@ -80,6 +80,10 @@ class Workspace:
                 return name
         return "a collective"
 
+    def completed(self) -> int:
+        """The epoch of the last collective this rank's device completed (a host sync: for tests)."""
+        return int(self.state[1].item())
+
     def _translate(self, heap, error):
         return protocol.translate_error(heap, error, self.name_of)
 

@@ -1,7 +1,7 @@
 """ccl-bench: iris.ccl's collectives against the copy roofline (and NCCL where every rank has its own GPU).
 
 For each collective (and all_reduce variant) and size per rank: the time per call on heap
-tensors (error checks off inside the timed loop, one check after), the effective
+tensors (asynchronous calls, errors checked once after the timed loop), the effective
 memory traffic (the least that any algorithm must read and write, summed over ranks, below), and
 that traffic over the copy roofline: the bandwidth of ``torch.Tensor.copy_`` of the same size,
 timed on each device with the device to itself and summed over distinct devices, in the same
@@ -19,7 +19,10 @@ at different times, and without it the first timed call's wait for the last rank
 the benchmark's start, not of the collective) was spread over the ``--reps`` calls.
 The copy roofline is timed the same way. The small-message table adds ``call us``: one call at a
 time between CUDA events on an idle GPU, which does count the host's launch path (what a program
-that waits for each small all_reduce sees).
+that waits for each small all_reduce sees); ``host us``: the host's time per call when calls are
+issued back to back and nothing waits for them, next to a bare torch launch (``add_`` on one
+element) timed the same way in the same process (the issue's "<= 1.3 x a bare launch"); and on a
+GPU ``graph us``: device time per call replayed from a CUDA graph of ``--latency-iters`` calls.
 
 Effective traffic summed over W ranks, n = bytes of the per-rank input:
   all_gather      W*n read (each input once) + W*W*n written (every rank's output)
@@ -37,6 +40,7 @@ from __future__ import annotations
 import argparse
 import platform
 import statistics
+import time
 
 import torch
 
@@ -187,6 +191,48 @@ def _max_over_ranks(group):
     return agree
 
 
+def _host_seconds(fn, calls: int, device, agree) -> float:
+    """Host seconds per call of ``fn`` issued back to back (one device sync at the end): what a
+    small collective costs a program that does not wait for it. The ranks start together."""
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    agree(0.0)
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    host = time.perf_counter() - t0
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return agree(host) / calls  # the slowest rank's
+
+
+def _graph_seconds(fn, calls: int, device, agree) -> float:
+    """Device seconds per call of ``fn`` replayed from a CUDA graph of ``calls`` calls (every rank
+    captures and replays the same graph)."""
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        fn()  # warm up off the capturing stream
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    graph.replay()  # untimed: lines the ranks' streams up
+    torch.cuda.synchronize(device)
+    samples = []
+    for _ in range(5):
+        agree(0.0)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) * 1e-3 / calls)
+    return agree(sorted(samples)[len(samples) // 2])
+
+
 def _result(coll, x, out, part, n):
     return {"all_reduce": x, "all_gather": out, "reduce_scatter": part, "all_to_all": out[:n], "broadcast": x}[coll]
 
@@ -240,6 +286,7 @@ def rank_main(args: argparse.Namespace) -> dict:
                     bar.advance()
                 heap.free(out)
                 heap.free(x)
+        bare = torch.zeros(1, device=dev)
         for nbytes in sorted(set(args.latency_sizes)):  # small-message all_reduce latency
             y = heap.randn(nbytes // 4)
             for variant in LATENCY_VARIANTS:
@@ -247,8 +294,14 @@ def rank_main(args: argparse.Namespace) -> dict:
                 call = lambda y=y, cfg=cfg: ccl.all_reduce(y, config=cfg)  # noqa: E731
                 t = timed(call, max(1, args.latency_iters // args.reps))
                 one = timing.bench(call, iters=args.latency_iters, device=dev)
-                rows.append({"collective": f"all_reduce:{variant}", "ranks": w, "backend": args.backend,
-                             "bytes_per_rank": nbytes, "time_us": t * 1e6, "call_us": one * 1e6, "latency": True})  # fmt: skip
+                host = _host_seconds(call, args.latency_iters, dev, agree)
+                torch_host = _host_seconds(lambda: bare.add_(1), args.latency_iters, dev, agree)
+                row = {"collective": f"all_reduce:{variant}", "ranks": w, "backend": args.backend,
+                       "bytes_per_rank": nbytes, "time_us": t * 1e6, "call_us": one * 1e6, "host_us": host * 1e6,
+                       "torch_launch_us": torch_host * 1e6, "host_vs_launch": host / torch_host, "latency": True}  # fmt: skip
+                if dev.type == "cuda":
+                    row["graph_us"] = _graph_seconds(call, args.latency_iters, dev, agree) * 1e6
+                rows.append(row)
             heap.free(y)
         heap.barrier()
         return {
@@ -283,9 +336,15 @@ def report(results: list, args: argparse.Namespace) -> int:
                 ("bytes_per_rank", "bytes/rank", format_bytes),
                 ("time_us", "time us", ".1f"),
                 ("call_us", "call us", ".1f"),
+                ("host_us", "host us", ".1f"),
+                ("torch_launch_us", "torch launch us", ".1f"),
+                ("host_vs_launch", "host / launch", ".2f"),
+                *([("graph_us", "graph us", ".2f")] if any("graph_us" in r for r in latency) else []),
             ],
             caption="time us: device time per call in a queued stream of calls; call us: one call at a time, "
-            "host launch path included",
+            "host launch path included; host us: host time per call issued back to back (nothing waits "
+            "for the device), against a bare torch launch (add_ on a 1-element tensor) in the same "
+            "process; graph us: device time per call replayed from a CUDA graph",
         )
     bad = validation.print_mismatches(m for r in results for m in r["mismatches"])
     if args.csv:

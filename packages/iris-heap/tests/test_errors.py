@@ -1,5 +1,7 @@
 """Bad input: each gets a clear exception, and the heap stays usable afterwards."""
 
+import time
+
 import pytest
 import torch
 from _ranks import new_heap
@@ -157,3 +159,40 @@ def test_use_after_close(world, world_size):
 @pytest.mark.parametrize("world_size", [1])
 def test_bad_init_arguments(world, world_size):
     world.run(_bad_init_arguments, world_size)
+
+
+# -- one rank's bad argument to init fails every rank at once --------------------------------------
+
+ONE_BAD_RANK = [  # (that rank's keyword arguments, the error it raises, words of its message)
+    pytest.param({"size": "big"}, TypeError, "heap size must be an int number of bytes", id="size-str"),
+    pytest.param({"size": -5}, ValueError, "heap size must be at least 256 bytes", id="size-negative"),
+    pytest.param({"size": 2.5}, TypeError, "heap size must be an int number of bytes", id="size-float"),
+    pytest.param({"size": True}, TypeError, "heap size must be an int number of bytes", id="size-bool"),
+    pytest.param({"transport": "rdma"}, ValueError, "unknown transport 'rdma'", id="transport-unknown"),
+    pytest.param({"transport": 3}, TypeError, "transport must be a str", id="transport-int"),
+    pytest.param({"device": "tpu:0"}, ValueError, "device 'tpu:0' names no torch device", id="device-unknown"),
+    pytest.param({"device": "cuda:99"}, ValueError, "torch sees", id="device-missing"),
+    pytest.param({"device": 1.5}, TypeError, "device must be a torch.device", id="device-float"),
+    pytest.param({"group": "world"}, TypeError, "group must be a torch.distributed ProcessGroup", id="group-str"),
+]
+
+
+def _one_rank_passes_a_bad_argument(rank, world_size, kwargs, error, words):
+    bad = world_size - 1
+    start = time.monotonic()
+    with pytest.raises(error if rank == bad else HeapError) as info:
+        iris.heap.init(**{"size": 1 << 16, **(kwargs if rank == bad else {})})
+    seconds = time.monotonic() - start
+    assert words in str(info.value)
+    if rank != bad:
+        assert f"rank {bad}: {error.__name__}: " in str(info.value), "the others name the bad rank and its error"
+    with new_heap() as heap:
+        _still_usable(heap)
+    return seconds
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+@pytest.mark.parametrize("kwargs, error, words", ONE_BAD_RANK)
+def test_a_bad_init_argument_on_one_rank_fails_every_rank_at_once(world, world_size, kwargs, error, words):
+    seconds = world.run(_one_rank_passes_a_bad_argument, world_size, kwargs, error, words, timeout=60)
+    assert max(seconds) < 20, f"every rank must raise within seconds, not wait for the others: {seconds}"

@@ -1,15 +1,31 @@
-"""Joining the ranks: torch.distributed from the environment, and the heap's gloo control group."""
+"""Joining the ranks: torch.distributed from the environment, the heap's gloo control group, and
+the ranks' agreement on init's arguments before any of them can block."""
 
 from __future__ import annotations
 
 import datetime
+import operator
 import os
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
-__all__ = ["ControlGroup", "join", "pick_device"]
+from .allocator import ALIGNMENT
+from .errors import AsymmetricHeapError
+from .transport import available, select
+from .transport.base import exchange_or_raise
+
+__all__ = [
+    "ControlGroup",
+    "join",
+    "pick_device",
+    "check_size",
+    "check_group",
+    "check_device",
+    "check_transport",
+    "agree_on_arguments",
+]
 
 _ENV_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
@@ -71,9 +87,24 @@ def pick_device(device, rank: int) -> torch.device:
     ``IRIS_DEVICE=cpu`` forces CPU even where CUDA is available.
     """
     if device is not None:
-        device = torch.device(device)
-        if device.type == "cuda" and device.index is None:
-            device = torch.device("cuda", torch.cuda.current_device())
+        if isinstance(device, bool) or not isinstance(device, (str, int, torch.device)):
+            raise TypeError(
+                f"device must be a torch.device, a str such as 'cpu' or 'cuda:0', or a CUDA device index; "
+                f"got {device!r} ({type(device).__name__})"
+            )
+        try:
+            device = torch.device(device)
+        except RuntimeError as e:  # torch's words for a string it cannot parse
+            raise ValueError(f"device {device!r} names no torch device ({e}); pass e.g. 'cpu' or 'cuda:0'") from None
+        if device.type == "cuda":
+            count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            if device.index is None and count:
+                device = torch.device("cuda", torch.cuda.current_device())
+            if not count or device.index >= count:
+                raise ValueError(
+                    f"device {str(device)!r} was asked for, but torch sees {count} CUDA devices; "
+                    "pass device='cpu' (or leave device out to pick one)"
+                )
         return device
     forced = os.environ.get("IRIS_DEVICE", "").strip().lower()
     if forced == "cpu":
@@ -86,3 +117,78 @@ def pick_device(device, rank: int) -> torch.device:
     if forced == "cuda":
         raise RuntimeError("IRIS_DEVICE=cuda but torch sees no CUDA device")
     return torch.device("cpu")
+
+
+# -- init's arguments: checked without raising, then agreed on --------------------------------------
+# A rank that raised at once on a bad argument would leave the others blocked in the next exchange
+# for as long as the process group's timeout (30 minutes for gloo). So each check returns its
+# error instead, and ``agree_on_arguments`` exchanges the verdicts right after joining.
+
+
+def check_size(size) -> tuple[int, Exception | None]:
+    """``size`` rounded up to whole allocator blocks, or the error that says what is wrong with it."""
+    try:
+        if isinstance(size, bool):
+            raise TypeError
+        size = operator.index(size)  # ints, numpy ints, one-element integer tensors
+    except TypeError:
+        return 0, TypeError(f"heap size must be an int number of bytes, got {size!r} ({type(size).__name__})")
+    if size < ALIGNMENT:
+        return 0, ValueError(f"heap size must be at least {ALIGNMENT} bytes, got {size}")
+    return -(-size // ALIGNMENT) * ALIGNMENT, None
+
+
+def check_group(group) -> tuple[object, Exception | None]:
+    """``group``, or None and the error when it is not a process group.
+
+    A rank with a bad group then joins the default group to report it, which is where its peers
+    are unless they passed a subgroup.
+    """
+    if group is None or isinstance(group, dist.ProcessGroup):
+        return group, None
+    return None, TypeError(
+        f"group must be a torch.distributed ProcessGroup or None (the default group), got {group!r} "
+        f"({type(group).__name__})"
+    )
+
+
+def check_device(device, rank: int) -> tuple[torch.device | None, Exception | None]:
+    """``pick_device(device, rank)``, or None and the error it raised."""
+    try:
+        return pick_device(device, rank), None
+    except Exception as e:  # noqa: BLE001 - every rank hears of it in agree_on_arguments
+        return None, e
+
+
+def check_transport(name, device: torch.device | None) -> tuple[type | None, Exception | None]:
+    """The transport class ``name`` picks for ``device``, or None and the error that says why not.
+
+    Without a device (its own check failed) only the name is checked.
+    """
+    if not isinstance(name, str):
+        return None, TypeError(f"transport must be a str ('auto' or one of {sorted(available())}), got {name!r}")
+    try:
+        if device is None:
+            if name != "auto" and name not in available():
+                raise ValueError(f"unknown transport {name!r}; choose 'auto' or one of {sorted(available())}")
+            return None, None
+        return select(name, device), None
+    except ValueError as e:
+        return None, e
+
+
+def agree_on_arguments(control: ControlGroup, local_error: Exception | None, facts: dict) -> None:
+    """Raise on every rank unless every rank's arguments were good and ``facts`` match everywhere.
+
+    ``local_error`` is this rank's first bad argument (or None); ``facts`` name what every rank
+    must have chosen alike (size, transport, device type). A rank with a bad argument raises its
+    own error; the others raise a ``HeapError`` naming that rank and its error; facts that
+    differ raise ``AsymmetricHeapError`` everywhere. One exchange, so no rank is left waiting.
+    """
+    everyone = exchange_or_raise(control, facts, local_error, "checking iris.heap.init's arguments")
+    for key in facts:
+        values = [f[key] for f in everyone]
+        if len(set(values)) != 1:
+            raise AsymmetricHeapError(
+                f"ranks asked for different heap {key}s: {dict(enumerate(values))}; every rank must pass the same {key}"
+            )

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import torch
 
 from . import context as abi
-from .allocator import ALIGNMENT, BlockAllocator
-from .bootstrap import ControlGroup, join, pick_device
+from .allocator import BlockAllocator
+from .bootstrap import ControlGroup, agree_on_arguments, check_device, check_group, check_size, check_transport, join
 from .device_errors import DeviceError, ErrorRecord, Watchdog
 from .errors import (
     AsymmetricHeapError,
@@ -25,7 +25,6 @@ from .errors import (
     WaitTimeoutError,
 )
 from .factories import TensorFactories
-from .transport import select
 
 __all__ = ["SymmetricHeap", "HeapStats", "Reservation", "init", "default_heap"]
 
@@ -88,24 +87,27 @@ class SymmetricHeap(TensorFactories):
     """This rank's view of the symmetric heap. See ``iris.heap.init``."""
 
     def __init__(self, size: int = 1 << 30, *, device=None, group=None, transport: str = "auto"):
-        global _default
-        if isinstance(size, bool) or not isinstance(size, int):
-            raise TypeError(f"heap size must be an int number of bytes, got {size!r}")
-        if size < ALIGNMENT:
-            raise ValueError(f"heap size must be at least {ALIGNMENT} bytes, got {size}")
-        size = -(-size // ALIGNMENT) * ALIGNMENT
         self._closed = True  # until fully built, so a failed init leaves nothing usable
+        # Arguments are checked without raising and the verdicts exchanged right after joining: a
+        # bad argument on one rank fails every rank at once instead of leaving the others blocked.
+        size, size_error = check_size(size)
+        group, group_error = check_group(group)
         self._control: ControlGroup = join(group)
         self.rank = self._control.rank
         self.world_size = self._control.world_size
         self.group = self._control.group
-        self.device = pick_device(device, self.rank)
-        sizes = self._control.all_gather_object(size)
-        if len(set(sizes)) != 1:
-            raise AsymmetricHeapError(
-                f"ranks asked for different heap sizes: {dict(enumerate(sizes))}; every rank must pass the same size"
-            )
-        self._transport = select(transport, self.device)(size, self.device, self._control)
+        self.device, device_error = check_device(device, self.rank)
+        transport_cls, transport_error = check_transport(transport, self.device)
+        agree_on_arguments(
+            self._control,
+            size_error or group_error or device_error or transport_error,
+            {
+                "size": size,
+                "transport": getattr(transport_cls, "name", None),
+                "device type": getattr(self.device, "type", None),
+            },
+        )
+        self._transport = transport_cls(size, self.device, self._control)
         self.size = size
         self._alloc = BlockAllocator(size)
         # offset -> (weakref to the storage's owner, nbytes, dtype, shape)

@@ -196,3 +196,72 @@ def _one_rank_passes_a_bad_argument(rank, world_size, kwargs, error, words):
 def test_a_bad_init_argument_on_one_rank_fails_every_rank_at_once(world, world_size, kwargs, error, words):
     seconds = world.run(_one_rank_passes_a_bad_argument, world_size, kwargs, error, words, timeout=60)
     assert max(seconds) < 20, f"every rank must raise within seconds, not wait for the others: {seconds}"
+
+
+# -- bad input to the heap's API: a clear TypeError/ValueError/HeapError, and no block left behind ---
+
+_META = torch.empty(3, device="meta")
+_SPARSE = torch.zeros(3).to_sparse()
+HUGE = 2**70
+
+BAD_CALLS = [  # (heap method, arguments, keyword arguments, the error, words of its message)
+    ("init", (HUGE,), {}, HeapExhaustedError, "cannot reserve a 1180591620717411303424-byte heap"),
+    ("init", (torch.tensor(3.0),), {}, TypeError, "heap size must be an int number of bytes"),
+    ("empty", (torch.tensor(3.0),), {}, TypeError, "size must be a sequence of non-negative integers"),
+    ("rand", (HUGE,), {}, HeapExhaustedError, "cannot allocate"),
+    ("randn", (2**40, 2**40), {}, HeapExhaustedError, "cannot allocate"),
+    ("uniform", (2**63,), {}, HeapExhaustedError, "cannot allocate"),
+    ("randint", (0, 3, (HUGE,)), {}, HeapExhaustedError, "cannot allocate"),
+    ("arange", (10**12,), {}, HeapExhaustedError, "cannot allocate"),
+    ("linspace", (0, 1, 10**12), {}, HeapExhaustedError, "cannot allocate"),
+    ("rand", (3,), {"dtype": torch.int64}, TypeError, "heap.rand(3, dtype=torch.int64): torch.rand refuses"),
+    ("randn", (3,), {"dtype": torch.bool}, TypeError, "torch.randn refuses"),
+    ("uniform", ((3,),), {"dtype": torch.int64}, TypeError, "torch.Tensor.uniform_ refuses"),
+    ("arange", (3,), {"dtype": torch.bool}, TypeError, "torch.arange refuses"),
+    ("rand", (3,), {"generator": "seed"}, TypeError, "generator must be a torch.Generator"),
+    ("full", ((2,), "x"), {}, TypeError, "heap.full((2,), 'x'): torch.full refuses"),
+    ("full", ((2,), None), {}, TypeError, "torch.full refuses"),
+    ("full", ((2,), HUGE), {}, ValueError, "torch.full refuses"),
+    ("full", ((2,), 1e40), {"dtype": torch.float16}, ValueError, "without overflow"),
+    ("full", ((2,), 1j), {"dtype": torch.int64}, ValueError, "without overflow"),
+    ("arange", (0, 10, 0), {}, ValueError, "heap.arange(0, 10, 0): torch.arange refuses these arguments (step must"),
+    ("arange", (float("inf"),), {}, ValueError, "torch.arange refuses"),
+    ("arange", (0, -5), {}, ValueError, "torch.arange refuses"),
+    ("arange", ("a",), {}, TypeError, "torch.arange refuses"),
+    ("arange", (HUGE,), {}, ValueError, "torch.arange refuses"),
+    ("linspace", (0, 1, -1), {}, ValueError, "number of steps must be non-negative"),
+    ("linspace", (0, 1, 2.5), {}, TypeError, "torch.linspace refuses"),
+    ("randint", (5, 5, (3,)), {}, ValueError, "torch.randint refuses"),
+    ("randint", (0.5, 3.5, (3,)), {}, TypeError, "torch.randint refuses"),
+    ("randint", (0, HUGE, (3,)), {}, ValueError, "torch.randint refuses"),
+    ("randint", (0, 1000, (3,)), {"dtype": torch.int8}, ValueError, "torch.randint refuses"),
+    ("uniform", ((3,), 1.0, 0.0), {}, ValueError, "torch.Tensor.uniform_ refuses"),
+    ("uniform", ((3,), "a", 1.0), {}, TypeError, "torch.Tensor.uniform_ refuses"),
+    ("uniform", ((3,), 0.0, float("inf")), {}, ValueError, "torch.Tensor.uniform_ refuses"),
+    ("empty_like", (None,), {}, TypeError, "empty_like() takes a torch.Tensor, got NoneType"),
+    ("zeros_like", ([1, 2],), {}, TypeError, "zeros_like() takes a torch.Tensor, got list"),
+    ("ones_like", (None,), {}, TypeError, "ones_like() takes a torch.Tensor"),
+    ("full_like", (None, 1.0), {}, TypeError, "full_like() takes a torch.Tensor"),
+    ("full_like", (torch.zeros(2), "x"), {}, TypeError, "torch.full refuses"),
+    ("as_symmetric", (_META,), {}, ValueError, "meta tensor, which holds no values"),
+    ("as_symmetric", (_SPARSE,), {}, TypeError, "copies dense tensors, got a torch.sparse_coo one"),
+]
+
+
+def _bad_call(rank, world_size, name, args, kwargs, error, words):
+    with new_heap() as heap:
+        before = heap.stats()
+        call = iris.heap.init if name == "init" else getattr(heap, name)
+        with pytest.raises(error) as info:
+            call(*args, **kwargs)
+        assert words in str(info.value)
+        after = heap.stats()
+        assert (after.used, after.live_allocations) == (before.used, before.live_allocations), "no block left behind"
+        _still_usable(heap)
+
+
+@pytest.mark.parametrize(
+    "name, args, kwargs, error, words", [pytest.param(*row, id=f"{row[0]}-{i}") for i, row in enumerate(BAD_CALLS)]
+)
+def test_bad_input_is_a_clear_error(world, name, args, kwargs, error, words):
+    world.run(_bad_call, 1, name, args, kwargs, error, words)

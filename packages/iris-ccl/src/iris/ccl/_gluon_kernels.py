@@ -109,10 +109,10 @@ def _any(cond):
 
 
 @gluon.jit
-def _first(cond, values, FLAGS: gl.constexpr):
-    """``values`` (int64) at the first lane where ``cond`` holds."""
-    i = _index(FLAGS)
-    lane = gl.min(gl.where(cond, i, FLAGS), axis=0)
+def _first(cond, values, N: gl.constexpr):
+    """``values`` (int64) at the first of the ``N`` lanes where ``cond`` holds."""
+    i = _index(N)
+    lane = gl.min(gl.where(cond, i, N), axis=0)
     return gl.max(gl.where(i == lane, values.to(gl.int64), _NEVER), axis=0)
 
 
@@ -138,7 +138,7 @@ def _arrive(ctx, flags, sync, value, FLAGS: gl.constexpr):
     ok = _any(marked) == 0
     if ok == 0:
         peer = _first(marked, r, FLAGS)
-        mops.record_error(ctx.context_ptr, _ABANDONED, _offset(ctx, flags + ctx.rank), -_first(marked, old, FLAGS), peer, 0)
+        mops.record_error(ctx.context_ptr, _ABANDONED, _offset(ctx, flags + ctx.rank), -_first(marked, old, FLAGS), peer, -1)
     return ok
 
 
@@ -151,38 +151,50 @@ def _give_up(ctx, sync, epoch, FLAGS: gl.constexpr):
 
 @gluon.jit
 def _await(ctx, flags, sync, epoch, FLAGS: gl.constexpr):
-    """Bounded wait until every rank's local ``flags[r]`` has reached ``epoch`` (see _triton_kernels)."""
-    lanes = _lanes(ctx, FLAGS)
-    real = _real(ctx, FLAGS)
-    mine = flags + lanes
-    gone = _abandon(sync, FLAGS) + lanes
-    timeout = gl.load(ctx.context_ptr + _EXT_WAIT_TIMEOUT_NS + ctx.world_size)
-    start = mops.clock_ns()
-    seen = _poll(ctx, mine)
-    quit = _any(real & (_poll(ctx, gone) != 0))
-    done = _any(seen < epoch) == 0
-    healthy = mops.healthy(ctx.context_ptr)
-    waited = mops.clock_ns() - start
-    while (done == 0) & healthy & (quit == 0) & (waited < timeout):
-        seen = _poll(ctx, mine)
-        quit = _any(real & (_poll(ctx, gone) != 0))
-        done = _any(seen < epoch) == 0
+    """Bounded wait until every rank's local ``flags[r]`` has reached ``epoch``; True if they did.
+
+    One poll reads every rank's flag and every rank's ``abandon`` flag at once (2 * FLAGS lanes).
+    It stops early when a peer has given up or this rank's context holds an error; a peer's
+    give-up is looked for even when every flag is up at the first look (that peer may have given
+    up on a rank that arrived after it). At the deadline (``heap.wait_timeout`` by the device
+    clock) it marks every missing rank's flag with ``-epoch`` by a CAS from the value it saw: a
+    rank that arrives later finds the mark when it raises its flag (``_arrive``) and stops too. A
+    CAS that fails because the rank arrived in the meantime means it is not missing after all.
+    """
+    i = _index(2 * FLAGS)
+    r = gl.minimum(i % FLAGS, ctx.world_size - 1)
+    is_flag = i < FLAGS
+    real = (i % FLAGS) < ctx.world_size
+    ptrs = gl.where(is_flag, flags + r, _abandon(sync, FLAGS) + r)
+    got = _poll(ctx, ptrs)
+    done = _any(is_flag & (got < epoch)) == 0
+    quit = _any((is_flag == 0) & real & (got != 0))
+    if (done == 0) & (quit == 0):  # not there yet: wait, with the clock running
+        timeout = gl.load(ctx.context_ptr + _EXT_WAIT_TIMEOUT_NS + ctx.world_size)
+        start = mops.clock_ns()
         healthy = mops.healthy(ctx.context_ptr)
         waited = mops.clock_ns() - start
-    if (done == 0) & healthy & (quit == 0):  # the deadline: give up on the missing ranks
-        missing = real & (seen < epoch)
-        never = gl.full([FLAGS], _NEVER, gl.int64, seen.type.layout)
-        old = ctx.atomic_cas(mine, gl.where(missing, seen, never), gl.where(missing, 0 - epoch + seen * 0, never), ctx.rank,
-                             sem="acq_rel", scope="sys")  # fmt: skip
-        late = missing & (old < epoch)  # still missing (or already marked by another program)
-        if _any(late):
-            peer = _first(late, lanes, FLAGS)
-            mops.record_error(ctx.context_ptr, _TIMEOUT, _offset(ctx, flags + peer), epoch, peer, waited)
-        done = _any(late) == 0  # every missing rank arrived just before the mark
-    if quit & (done == 0):
-        gave = real & (_poll(ctx, gone) != 0)
-        peer = _first(gave, lanes, FLAGS)
-        mops.record_error(ctx.context_ptr, _ABANDONED, _offset(ctx, _abandon(sync, FLAGS) + peer), epoch, peer, 0)
+        while (done == 0) & healthy & (quit == 0) & (waited < timeout):
+            got = _poll(ctx, ptrs)
+            done = _any(is_flag & (got < epoch)) == 0
+            quit = _any((is_flag == 0) & real & (got != 0))
+            healthy = mops.healthy(ctx.context_ptr)
+            waited = mops.clock_ns() - start
+        if (done == 0) & healthy & (quit == 0):  # the deadline: give up on the missing ranks
+            missing = is_flag & real & (got < epoch)
+            never = gl.full([2 * FLAGS], _NEVER, gl.int64, got.type.layout)
+            old = ctx.atomic_cas(ptrs, gl.where(missing, got, never), gl.where(missing, 0 - epoch + got * 0, never), ctx.rank, sem="acq_rel", scope="sys")
+            late = missing & (old < epoch)  # still missing (or already marked by another program)
+            if _any(late):
+                peer = _first(late, r, 2 * FLAGS)
+                mops.record_error(ctx.context_ptr, _TIMEOUT, _offset(ctx, flags + peer), epoch, peer, waited)
+            done = _any(late) == 0  # every missing rank arrived just before the mark
+    if quit:  # a peer gave up: stop too, naming it and the first rank this rank still waited for
+        peer = _first((is_flag == 0) & real & (got != 0), r, 2 * FLAGS)
+        missing = is_flag & real & (got < epoch)
+        first_missing = gl.where(_any(missing), _first(missing, r, 2 * FLAGS), -1)
+        mops.record_error(ctx.context_ptr, _ABANDONED, _offset(ctx, flags + gl.maximum(first_missing, 0)), epoch, peer,
+                          first_missing)  # fmt: skip
     return done & (quit == 0) & mops.healthy(ctx.context_ptr)
 
 
@@ -191,10 +203,13 @@ def _agree(ctx, sync, epoch, code, numel, off_a, off_b, FLAGS: gl.constexpr):
     """Whether every rank published this rank's description of the call (see _triton_kernels)."""
     lanes = _lanes(ctx, FLAGS)
     desc = _desc(sync, epoch, FLAGS) + lanes * DESC_WORDS
-    c = _poll(ctx, desc + 0)
-    n = _poll(ctx, desc + 1)
-    a = _poll(ctx, desc + 2)
-    b = _poll(ctx, desc + 3)
+    # Plain (volatile) loads: the entry wait's acquire, then the program's barrier, order them
+    # after the peers' releases (the data of the call is read the same way).
+    img.barrier()
+    c = gl.load(desc + 0, volatile=True)
+    n = gl.load(desc + 1, volatile=True)
+    a = gl.load(desc + 2, volatile=True)
+    b = gl.load(desc + 3, volatile=True)
     differs = (c != code) | (n != numel) | (a != off_a) | (b != off_b)
     ok = _any(differs) == 0
     if ok == 0:

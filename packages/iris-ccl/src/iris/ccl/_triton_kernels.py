@@ -86,10 +86,10 @@ def _any(cond):
 
 
 @triton.jit
-def _first(cond, values, FLAGS: tl.constexpr):
-    """``values`` (int64) at the first lane where ``cond`` holds."""
-    lane = tl.min(tl.where(cond, tl.arange(0, FLAGS), FLAGS), axis=0)
-    return tl.max(tl.where(tl.arange(0, FLAGS) == lane, values.to(tl.int64), _NEVER), axis=0)
+def _first(cond, values, N: tl.constexpr):
+    """``values`` (int64) at the first of the ``N`` lanes where ``cond`` holds."""
+    lane = tl.min(tl.where(cond, tl.arange(0, N), N), axis=0)
+    return tl.max(tl.where(tl.arange(0, N) == lane, values.to(tl.int64), _NEVER), axis=0)
 
 
 @triton.jit
@@ -114,7 +114,7 @@ def _arrive(ctx, flags, sync, value, FLAGS: tl.constexpr):
     ok = _any(marked) == 0
     if ok == 0:
         peer = _first(marked, r, FLAGS)
-        mops.record_error(ctx.context_ptr, _ABANDONED, _offset(ctx, flags + ctx.rank), -_first(marked, old, FLAGS), peer, 0)
+        mops.record_error(ctx.context_ptr, _ABANDONED, _offset(ctx, flags + ctx.rank), -_first(marked, old, FLAGS), peer, -1)
     return ok
 
 
@@ -129,41 +129,47 @@ def _give_up(ctx, sync, epoch, FLAGS: tl.constexpr):
 def _await(ctx, flags, sync, epoch, FLAGS: tl.constexpr):
     """Bounded wait until every rank's local ``flags[r]`` has reached ``epoch``; True if they did.
 
-    Stops early when this rank's context holds an error or a peer has given up (its ``abandon``
-    flag). At the deadline (``heap.wait_timeout`` by the device clock) it marks every missing
-    rank's flag with ``-epoch`` by a CAS from the value it saw: a rank that arrives later finds
-    the mark when it raises its flag (``_arrive``) and stops too. A CAS that fails because the
-    rank arrived in the meantime means it is not missing after all.
+    One poll reads every rank's flag and every rank's ``abandon`` flag at once (2 * FLAGS lanes).
+    It stops early when a peer has given up or this rank's context holds an error; a peer's
+    give-up is looked for even when every flag is up at the first look (that peer may have given
+    up on a rank that arrived after it). At the deadline (``heap.wait_timeout`` by the device
+    clock) it marks every missing rank's flag with ``-epoch`` by a CAS from the value it saw: a
+    rank that arrives later finds the mark when it raises its flag (``_arrive``) and stops too. A
+    CAS that fails because the rank arrived in the meantime means it is not missing after all.
     """
-    lanes = _lanes(ctx, FLAGS)
-    real = _real(ctx, FLAGS)
-    mine = flags + lanes
-    gone = _abandon(sync, FLAGS) + lanes
-    timeout = tl.load(ctx.context_ptr + _EXT_WAIT_TIMEOUT_NS + ctx.world_size)
-    start = mops.clock_ns()
-    seen = tl.atomic_add(mine, 0, sem="acquire", scope="sys")
-    quit = _any(real & (tl.atomic_add(gone, 0, sem="acquire", scope="sys") != 0))
-    done = _any(seen < epoch) == 0
-    healthy = mops.healthy(ctx.context_ptr)
-    waited = mops.clock_ns() - start
-    while (done == 0) & healthy & (quit == 0) & (waited < timeout):
-        seen = tl.atomic_add(mine, 0, sem="acquire", scope="sys")
-        quit = _any(real & (tl.atomic_add(gone, 0, sem="acquire", scope="sys") != 0))
-        done = _any(seen < epoch) == 0
+    i = tl.arange(0, 2 * FLAGS)
+    r = tl.minimum(i % FLAGS, ctx.world_size - 1)
+    is_flag = i < FLAGS
+    real = (i % FLAGS) < ctx.world_size
+    ptrs = tl.where(is_flag, flags + r, _abandon(sync, FLAGS) + r)
+    got = tl.atomic_add(ptrs, 0, sem="acquire", scope="sys")
+    done = _any(is_flag & (got < epoch)) == 0
+    quit = _any((is_flag == 0) & real & (got != 0))
+    if (done == 0) & (quit == 0):  # not there yet: wait, with the clock running
+        timeout = tl.load(ctx.context_ptr + _EXT_WAIT_TIMEOUT_NS + ctx.world_size)
+        start = mops.clock_ns()
         healthy = mops.healthy(ctx.context_ptr)
         waited = mops.clock_ns() - start
-    if (done == 0) & healthy & (quit == 0):  # the deadline: give up on the missing ranks
-        missing = real & (seen < epoch)
-        old = tl.atomic_cas(mine, tl.where(missing, seen, _NEVER), tl.where(missing, -epoch, _NEVER), sem="acq_rel", scope="sys")
-        late = missing & (old < epoch)  # still missing (or already marked by another program)
-        if _any(late):
-            peer = _first(late, lanes, FLAGS)
-            mops.record_error(ctx.context_ptr, _TIMEOUT, _offset(ctx, flags + peer), epoch, peer, waited)
-        done = _any(late) == 0  # every missing rank arrived just before the mark
-    if quit & (done == 0):
-        gave = real & (tl.atomic_add(gone, 0, sem="acquire", scope="sys") != 0)
-        peer = _first(gave, lanes, FLAGS)
-        mops.record_error(ctx.context_ptr, _ABANDONED, _offset(ctx, _abandon(sync, FLAGS) + peer), epoch, peer, 0)
+        while (done == 0) & healthy & (quit == 0) & (waited < timeout):
+            got = tl.atomic_add(ptrs, 0, sem="acquire", scope="sys")
+            done = _any(is_flag & (got < epoch)) == 0
+            quit = _any((is_flag == 0) & real & (got != 0))
+            healthy = mops.healthy(ctx.context_ptr)
+            waited = mops.clock_ns() - start
+        if (done == 0) & healthy & (quit == 0):  # the deadline: give up on the missing ranks
+            missing = is_flag & real & (got < epoch)
+            old = tl.atomic_cas(ptrs, tl.where(missing, got, _NEVER), tl.where(missing, -epoch, _NEVER), sem="acq_rel", scope="sys")
+            late = missing & (old < epoch)  # still missing (or already marked by another program)
+            if _any(late):
+                peer = _first(late, r, 2 * FLAGS)
+                mops.record_error(ctx.context_ptr, _TIMEOUT, _offset(ctx, flags + peer), epoch, peer, waited)
+            done = _any(late) == 0  # every missing rank arrived just before the mark
+    if quit:  # a peer gave up: stop too, naming it and the first rank this rank still waited for
+        peer = _first((is_flag == 0) & real & (got != 0), r, 2 * FLAGS)
+        missing = is_flag & real & (got < epoch)
+        first_missing = tl.where(_any(missing), _first(missing, r, 2 * FLAGS), -1)
+        mops.record_error(ctx.context_ptr, _ABANDONED, _offset(ctx, flags + tl.maximum(first_missing, 0)), epoch, peer,
+                          first_missing)  # fmt: skip
     return done & (quit == 0) & mops.healthy(ctx.context_ptr)
 
 
@@ -173,10 +179,13 @@ def _agree(ctx, sync, epoch, code, numel, off_a, off_b, FLAGS: tl.constexpr):
     ERROR_COLLECTIVE_MISMATCH with the field, this rank's value, the peer and the peer's value."""
     lanes = _lanes(ctx, FLAGS)
     desc = _desc(sync, epoch, FLAGS) + lanes * DESC_WORDS
-    c = tl.atomic_add(desc + 0, 0, sem="acquire", scope="sys")
-    n = tl.atomic_add(desc + 1, 0, sem="acquire", scope="sys")
-    a = tl.atomic_add(desc + 2, 0, sem="acquire", scope="sys")
-    b = tl.atomic_add(desc + 3, 0, sem="acquire", scope="sys")
+    # Plain (volatile) loads: the entry wait's acquire, then the program's barrier, order them
+    # after the peers' releases (the data of the call is read the same way).
+    tl.debug_barrier()
+    c = tl.load(desc + 0, volatile=True)
+    n = tl.load(desc + 1, volatile=True)
+    a = tl.load(desc + 2, volatile=True)
+    b = tl.load(desc + 3, volatile=True)
     differs = (c != code) | (n != numel) | (a != off_a) | (b != off_b)
     ok = _any(differs) == 0
     if ok == 0:

@@ -41,11 +41,15 @@ class CollectiveTimeoutError(CollectiveError, WaitTimeoutError):
         self.missing_rank, self.offset, self.value = missing_rank, offset, value
 
 
-class CollectiveAbandonedError(CollectiveError):
-    """A peer (``abandoned_by``) gave up on the collective this rank was in, so this rank stopped too."""
+class CollectiveAbandonedError(CollectiveTimeoutError):
+    """A peer (``abandoned_by``) gave up on the collective this rank was in, so this rank stopped too.
 
-    def __init__(self, message, *, collective="", abandoned_by=-1, rank=-1):
-        super().__init__(message, collective=collective, rank=rank)
+    A timeout seen from afar: ``missing_rank`` is the first rank this rank itself still waited
+    for (-1 when it had seen every rank arrive, as a rank that came late has).
+    """
+
+    def __init__(self, message, *, collective="", abandoned_by=-1, missing_rank=-1, rank=-1, offset=-1, value=0):
+        super().__init__(message, collective=collective, missing_rank=missing_rank, rank=rank, offset=offset, value=value)
         self.abandoned_by = abandoned_by
 
 

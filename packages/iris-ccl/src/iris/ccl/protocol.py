@@ -143,11 +143,16 @@ def translate_error(heap, error, name_of_epoch) -> Exception | None:
         )  # fmt: skip
     if error.code == abi.ERROR_COLLECTIVE_ABANDONED:
         name = name_of_epoch(error.value)
+        if error.aux >= 0:  # this rank still waited for a rank when a peer's give-up reached it
+            head = (f"{name} timed out on rank {rank}: rank {error.aux} did not reach it, and rank {error.peer} "
+                    f"gave up on it first, so this rank stopped at once")  # fmt: skip
+        else:  # it had seen every rank arrive (or it came late itself)
+            head = f"{name} on rank {rank} was abandoned: rank {error.peer} gave up on it before this rank got through"
         return CollectiveAbandonedError(
-            f"{name} on rank {rank} was abandoned: rank {error.peer} gave up on it (it timed out, found a "
-            f"mismatch, or was already in error), so this rank stopped without touching peers' memory "
-            f"(collective #{error.value} on this heap). Rank {error.peer} raises the cause. {after}",
-            collective=name, abandoned_by=error.peer, rank=rank,
+            f"{head}, without touching peers' memory (collective #{error.value} on this heap). Rank "
+            f"{error.peer} raises the cause. {after}",
+            collective=name, abandoned_by=error.peer, missing_rank=error.aux, rank=rank, offset=error.detail,
+            value=error.value,
         )  # fmt: skip
     if error.code == abi.ERROR_COLLECTIVE_MISMATCH:
         field, mine, theirs = _field_difference(error.detail, error.value, error.aux)

@@ -15,10 +15,23 @@ from __future__ import annotations
 
 import iris.heap as _heap
 
-from . import ops
-from ._interpreter import InterpreterAtomicError
-from .context import Context
-from .ops import (
+__version__ = "0.1.0"
+
+#: The ``heap.context`` layout (``iris.heap.CONTEXT_ABI_VERSION``) this code reads.
+CONTEXT_ABI_VERSION = 2
+
+# Before the submodules: they read the layout's names, which an older iris-heap lacks.
+if _heap.CONTEXT_ABI_VERSION != CONTEXT_ABI_VERSION:
+    raise ImportError(
+        f"iris.mem.triton {__version__} reads device-context ABI version {CONTEXT_ABI_VERSION}, but the "
+        f"installed iris-heap provides version {_heap.CONTEXT_ABI_VERSION}; install an iris-heap release "
+        "within iris-mem-triton's declared range"
+    )
+
+from . import ops  # noqa: E402
+from ._interpreter import InterpreterAtomicError  # noqa: E402
+from .context import Context  # noqa: E402
+from .ops import (  # noqa: E402
     atomic_add,
     atomic_and,
     atomic_cas,
@@ -28,26 +41,17 @@ from .ops import (
     atomic_sub,
     atomic_xchg,
     atomic_xor,
+    clock_ns,
     copy,
     get,
+    healthy,
     load,
     put,
+    record_error,
     store,
     translate,
     wait,
 )
-
-__version__ = "0.1.0"
-
-#: The ``heap.context`` layout (``iris.heap.CONTEXT_ABI_VERSION``) this code reads.
-CONTEXT_ABI_VERSION = 1
-
-if _heap.CONTEXT_ABI_VERSION != CONTEXT_ABI_VERSION:
-    raise ImportError(
-        f"iris.mem.triton {__version__} reads device-context ABI version {CONTEXT_ABI_VERSION}, but the "
-        f"installed iris-heap provides version {_heap.CONTEXT_ABI_VERSION}; install an iris-heap release "
-        "within iris-mem-triton's declared range"
-    )
 
 __all__ = [
     "CONTEXT_ABI_VERSION",
@@ -62,11 +66,14 @@ __all__ = [
     "atomic_sub",
     "atomic_xchg",
     "atomic_xor",
+    "clock_ns",
     "copy",
     "get",
+    "healthy",
     "load",
     "ops",
     "put",
+    "record_error",
     "store",
     "translate",
     "wait",

@@ -2,20 +2,24 @@
 
 Every pointer argument is a **local** heap address (a scalar pointer or a tensor of pointers);
 the rank arguments say whose copy is touched. ``heap_bases`` points at the context's base
-entries (``context_ptr + 2``). Masked-off elements are neither read nor written; ``other``
-only fills masked-off lanes of the loaded value. Atomics return the old value; ``sem=None`` is
-``"acq_rel"`` and ``scope=None`` is ``"sys"`` (visible to other GPUs and processes).
+entries (``Context.initialize`` gives it). Masked-off elements are neither read nor written;
+``other`` only fills masked-off lanes of the loaded value. Atomics return the old value;
+``sem=None`` is ``"acq_rel"`` and ``scope=None`` is ``"sys"`` (visible to other GPUs and
+processes). ``wait``, ``record_error`` and ``healthy`` take the whole context (``heap.context``),
+which they read only through the names of ``iris.heap.context`` (ABI version 2).
 
 The same code runs compiled and under ``TRITON_INTERPRET=1``.
 """
 
 from __future__ import annotations
 
+import time
+
 import triton
 import triton.language as tl
 from iris.heap import context as _abi
 
-from ._interpreter import check_atomic
+from ._interpreter import INTERPRETED, check_atomic
 
 __all__ = [
     "translate",
@@ -34,13 +38,30 @@ __all__ = [
     "atomic_min",
     "atomic_max",
     "wait",
+    "clock_ns",
+    "record_error",
+    "healthy",
 ]
 
 #: Every heap base is a multiple of this many bytes (page- or allocation-aligned in practice).
-BASE_ALIGNMENT = tl.constexpr(16)
-_ERROR_WAIT_TIMEOUT = tl.constexpr(_abi.ERROR_WAIT_TIMEOUT)
+BASE_ALIGNMENT = tl.constexpr(_abi.BASE_ALIGNMENT)
 
-_COMPARISONS = ("==", "!=", ">=", ">", "<=", "<")
+# The device context (iris.heap.context), as constexprs: device code reads it through these only.
+_RANK = tl.constexpr(_abi.RANK_INDEX)
+_WORLD_SIZE = tl.constexpr(_abi.WORLD_SIZE_INDEX)
+_BASES = tl.constexpr(_abi.BASES_INDEX)
+_WAIT_TIMEOUT_NS = tl.constexpr(_abi.EXT_WAIT_TIMEOUT_NS)  # extensions: offsets after the W bases
+_ERROR_CODE = tl.constexpr(_abi.EXT_ERROR_CODE)
+_ERROR_RECORD = tl.constexpr(_abi.EXT_ERROR_RECORD)
+_STATUS = tl.constexpr(_abi.EXT_STATUS)
+_STATUS_CLOSED = tl.constexpr(_abi.STATUS_CLOSED)
+_RECORD_CODE = tl.constexpr(_abi.RECORD_CODE)  # words of the error record
+_RECORD_DETAIL = tl.constexpr(_abi.RECORD_DETAIL)
+_RECORD_VALUE = tl.constexpr(_abi.RECORD_VALUE)
+_RECORD_PEER = tl.constexpr(_abi.RECORD_PEER)
+_RECORD_AUX = tl.constexpr(_abi.RECORD_AUX)
+_ERROR_WAIT_TIMEOUT = tl.constexpr(_abi.ERROR_WAIT_TIMEOUT)
+_ERROR_HEAP_CLOSED = tl.constexpr(_abi.ERROR_HEAP_CLOSED)
 
 
 @triton.constexpr_function
@@ -60,19 +81,19 @@ def _bits_of(dtype):
 
 @triton.constexpr_function
 def _sem(sem):
-    return "acq_rel" if sem is None else sem
+    return _abi.SEM_DEFAULT if sem is None else sem
 
 
 @triton.constexpr_function
 def _scope(scope):
-    return "sys" if scope is None else scope
+    return _abi.SCOPE_DEFAULT if scope is None else scope
 
 
 @triton.constexpr_function
 def _comparison(cmp):
-    cmp = "==" if cmp is None else cmp
-    if cmp not in _COMPARISONS:
-        raise ValueError(f"iris.mem.triton.wait: cmp must be one of {', '.join(_COMPARISONS)}, got {cmp!r}")
+    cmp = _abi.WAIT_COMPARISONS[0] if cmp is None else cmp  # None: the first, "=="
+    if cmp not in _abi.WAIT_COMPARISONS:
+        raise ValueError(f"iris.mem.triton.wait: cmp must be one of {', '.join(_abi.WAIT_COMPARISONS)}, got {cmp!r}")
     return cmp
 
 
@@ -296,6 +317,103 @@ def atomic_max(
     return old
 
 
+# -- the device clock and device errors ------------------------------------------------------------
+
+#: Inline assembly that reads a nanosecond clock, per code generator backend: (asm, constraint,
+#: nanoseconds per tick). NVIDIA's global timer counts nanoseconds; AMD's s_memrealtime is a
+#: 100 MHz counter, a scalar memory read that must be waited for before its register is used.
+_CLOCK_ASM = {
+    "cuda": ("mov.u64 $0, %globaltimer;", "=l", 1),
+    "hip": ("s_memrealtime $0\ns_waitcnt lgkmcnt(0)", "=s", 10),
+}
+
+
+def _clock_ns(_semantic=None):
+    """The clock of wherever the kernel runs, as an int64 scalar (the body of ``clock_ns``).
+
+    CPU ranks: the interpreter runs this as Python in the middle of a launch, so it reads the
+    host's clock anew at each call (a constexpr function could too, but Triton's dependency scan
+    rejects ``time.monotonic_ns`` in one when it compiles). Compiled: the target comes from the
+    code generator's options (``backend_name``), which name the target being generated for even
+    in a process whose active driver is another or none (compile-only checks).
+    """
+    if INTERPRETED:
+        return tl.cast(time.monotonic_ns(), tl.int64)
+    backend = _semantic.builder.options.backend_name
+    if backend not in _CLOCK_ASM:
+        raise NotImplementedError(
+            f"iris.mem.triton.clock_ns (which bounded waits read) was compiled for the {backend!r} backend, "
+            f"which has no device clock here; it reads one on {', '.join(_CLOCK_ASM)} GPUs and on CPU ranks"
+        )
+    asm, constraint, ns_per_tick = _CLOCK_ASM[backend]
+    ticks = tl.inline_asm_elementwise(asm, constraint, [], dtype=tl.int64, is_pure=False, pack=1, _semantic=_semantic)
+    if ns_per_tick == 1:
+        return ticks
+    return ticks.__mul__(ns_per_tick, _semantic=_semantic)
+
+
+_clock_ns.__triton_builtin__ = True  # compiled: called with the code generator's _semantic
+
+
+@triton.jit
+def clock_ns():
+    """Nanoseconds of the device clock, an int64 scalar: for durations, not for dates.
+
+    NVIDIA: ``%globaltimer``; AMD: ``s_memrealtime`` (100 MHz, scaled to nanoseconds); CPU ranks:
+    the host's ``time.monotonic_ns()``. The clock a bounded ``wait`` measures its bound with.
+    """
+    return _clock_ns()
+
+
+@triton.jit
+def _extensions(context_ptr):
+    """Where the context's extensions start: right after the W heap bases."""
+    return context_ptr + _BASES + tl.load(context_ptr + _WORLD_SIZE)
+
+
+@triton.jit
+def _no_error(extensions):
+    return tl.load(extensions + _ERROR_CODE, volatile=True) == 0
+
+
+@triton.jit
+def healthy(context_ptr):
+    """Whether no device error is recorded in the context (a volatile read of ``EXT_ERROR_CODE``)."""
+    return _no_error(_extensions(context_ptr))
+
+
+@triton.jit
+def record_error(context_ptr, code, detail, value, peer, aux):
+    """Record device error ``code`` (an ``ERROR_*`` of ``iris.heap.context``) unless one is recorded.
+
+    The first error wins: a CAS of the context's ``EXT_ERROR_CODE`` word from 0 (acq_rel, sys
+    scope), which every bounded wait reads to stop at once. The winner fills the host-visible
+    error record: ``detail``, ``value``, ``peer`` and ``aux`` (int64; their meaning is the code's),
+    then ``code`` last with a release exchange, so a host that sees the code sees the rest
+    (``heap.check_device_errors()`` raises it without a device sync). Returns whether this call
+    won. Scalars only: one thread of the program does the work.
+    """
+    code64 = tl.cast(code, tl.int64)
+    ext = _extensions(context_ptr)
+    won = tl.atomic_cas(ext + _ERROR_CODE, tl.cast(0, tl.int64), code64, sem="acq_rel", scope="sys") == 0
+    if won:
+        record = tl.load(ext + _ERROR_RECORD).to(tl.pointer_type(tl.int64), bitcast=True)
+        # Scalar stores and atomics run on the same (first) thread: program order, then release.
+        tl.store(record + _RECORD_DETAIL, tl.cast(detail, tl.int64))
+        tl.store(record + _RECORD_VALUE, tl.cast(value, tl.int64))
+        tl.store(record + _RECORD_PEER, tl.cast(peer, tl.int64))
+        tl.store(record + _RECORD_AUX, tl.cast(aux, tl.int64))
+        tl.atomic_xchg(record + _RECORD_CODE, code64, sem="release", scope="sys")
+    return won
+
+
+@triton.jit
+def _record_if_closed(context_ptr, world_size):
+    """Record ERROR_HEAP_CLOSED when the context is a closed heap's (one scalar load otherwise)."""
+    if tl.load(context_ptr + _BASES + world_size + _STATUS) == _STATUS_CLOSED:
+        record_error(context_ptr, _ERROR_HEAP_CLOSED, 0, 0, -1, 0)
+
+
 # -- bounded wait ----------------------------------------------------------------------------------
 
 
@@ -350,34 +468,30 @@ def wait(flag_ptr, value, context_ptr, cmp: tl.constexpr = None):
 
     ``flag_ptr`` is a scalar pointer or a block of pointers; a block waits until every flag in it
     holds, polling them all at once (the same flag may appear in several lanes). Returns True when
-    they do. Returns False at once if the context already holds an error, or after the context's
-    ``wait_limit`` spins; a timeout records ERROR_WAIT_TIMEOUT (first waiter wins by CAS), the heap
-    offset and last value of the (lowest-addressed) flag that did not hold, which
-    ``heap.check_device_errors()`` raises as ``WaitTimeoutError``. ``cmp``: "==" (None), "!=", ">=",
-    ">", "<=", "<".
+    they do. Returns False at once while the context holds an error (recorded before the wait or
+    during it), and once the context's bound (``EXT_WAIT_TIMEOUT_NS``, ``heap.wait_timeout``) has
+    passed on the device clock (``clock_ns``) with the flags last seen not holding: never sooner,
+    and later by at most one poll. A timeout records ERROR_WAIT_TIMEOUT (``record_error``: the
+    first error wins) with the heap offset and last value of the (lowest-addressed) flag that did
+    not hold and the nanoseconds waited, which ``heap.check_device_errors()`` raises as
+    ``WaitTimeoutError``. ``cmp``: "==" (None), "!=", ">=", ">", "<=", "<".
     """
     op: tl.constexpr = _comparison(cmp)
-    world_size = tl.load(context_ptr + 1)
-    limit = tl.load(context_ptr + 2 + world_size)
-    error_ptr = context_ptr + 3 + world_size
-    healthy = tl.load(error_ptr, volatile=True) == 0
+    ext = _extensions(context_ptr)
+    bound = tl.load(ext + _WAIT_TIMEOUT_NS)
+    ok = _no_error(ext)
+    start = clock_ns()
     seen = _poll(flag_ptr)
     done = _every(_holds(seen, value, op))
-    spins = limit * 0
-    while healthy & (done == 0) & (spins < limit):
+    waited = start * 0
+    while ok & (done == 0) & (waited < bound):
+        # The clock before the poll: a wait that gives up saw the flags miss after the bound.
+        waited = clock_ns() - start
         seen = _poll(flag_ptr)
         done = _every(_holds(seen, value, op))
-        spins += 1
-    if healthy & (done == 0):
-        if (
-            tl.atomic_cas(
-                error_ptr, tl.cast(0, tl.int64), tl.cast(_ERROR_WAIT_TIMEOUT, tl.int64), sem="acq_rel", scope="sys"
-            )
-            == 0
-        ):
-            rank = tl.load(context_ptr)
-            base = tl.load(context_ptr + 2 + rank)
-            offset, last = _first_missed(flag_ptr, seen, _holds(seen, value, op), base)
-            tl.store(context_ptr + 4 + world_size, offset)
-            tl.store(context_ptr + 5 + world_size, last)
-    return healthy & done
+        ok = _no_error(ext)
+    if ok & (done == 0):
+        base = tl.load(context_ptr + _BASES + tl.load(context_ptr + _RANK))
+        offset, last = _first_missed(flag_ptr, seen, _holds(seen, value, op), base)
+        record_error(context_ptr, _ERROR_WAIT_TIMEOUT, offset, last, -1, waited)
+    return ok & done

@@ -67,3 +67,18 @@ def vector_accesses(rank, world_size, target_name, dtype="fp32"):
         text = compiled.asm[asm]
         out[name] = (sorted(set(re.findall(load_re, text))), sorted(set(re.findall(store_re, text))))
     return out
+
+
+#: The instruction that reads the device clock, and the assembly it appears in, per target.
+_CLOCK = {"cuda": ("%globaltimer", "ptx"), "hip": ("s_memrealtime", "amdgcn")}
+
+
+def clock_reads(rank, world_size, target_name):
+    """{case: how many times the target's clock instruction appears} for the kernels that read the clock."""
+    import _triton_kernels as K
+
+    word, asm = _CLOCK[target_name]
+    return {
+        label: compile_one(fn, signature, constexprs, TARGETS[target_name]).asm[asm].count(word)
+        for label, fn, signature, constexprs in K.clock_cases()
+    }

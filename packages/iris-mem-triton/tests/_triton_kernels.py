@@ -9,14 +9,19 @@ compile-only test.
 import triton
 import triton.language as tl
 
+import iris.heap.context as abi
 import iris.mem.triton as imt
 from iris.mem.triton import Context
+
+_RANK = tl.constexpr(abi.RANK_INDEX)
+_WORLD_SIZE = tl.constexpr(abi.WORLD_SIZE_INDEX)
+_BASES = tl.constexpr(abi.BASES_INDEX)
 
 
 @triton.jit
 def _raw(context_ptr):
     """rank, world_size, heap_bases straight from the context (the free-function API's inputs)."""
-    return tl.load(context_ptr), tl.load(context_ptr + 1), context_ptr + 2
+    return tl.load(context_ptr + _RANK), tl.load(context_ptr + _WORLD_SIZE), context_ptr + _BASES
 
 
 # -- load / store / get / put / copy -------------------------------------------------------------
@@ -323,6 +328,55 @@ def wait_block_kernel(flags, value, result, context_ptr, LANES: tl.constexpr, FR
     tl.store(result, ok.to(tl.int32))
 
 
+# -- the device clock and device errors ------------------------------------------------------------
+
+
+@triton.jit
+def clock_kernel(out, context_ptr, FREE: tl.constexpr):
+    """out[0] = the device clock."""
+    if FREE:
+        now = imt.clock_ns()
+    else:
+        now = Context.initialize(context_ptr).clock_ns()
+    tl.store(out, now)
+
+
+@triton.jit
+def record_error_kernel(flag, out, context_ptr, code, detail, FREE: tl.constexpr):
+    """A wait for flag == 1, then two record_error calls (details detail and detail + 1, aux the
+    clock's ns since the wait began): out = [wait held, healthy before, first won, second won,
+    healthy after]."""
+    ctx = Context.initialize(context_ptr)
+    if FREE:
+        start = imt.clock_ns()
+        held = imt.wait(flag, 1, context_ptr)
+        before = imt.healthy(context_ptr)
+        first = imt.record_error(context_ptr, code, detail, 11, ctx.rank, imt.clock_ns() - start)
+        second = imt.record_error(context_ptr, code, detail + 1, 21, ctx.rank, imt.clock_ns() - start)
+        after = imt.healthy(context_ptr)
+    else:
+        start = ctx.clock_ns()
+        held = ctx.wait(flag, 1)
+        before = ctx.healthy()
+        first = ctx.record_error(code, detail, 11, ctx.rank, ctx.clock_ns() - start)
+        second = ctx.record_error(code, detail + 1, 21, ctx.rank, ctx.clock_ns() - start)
+        after = ctx.healthy()
+    tl.store(out, held.to(tl.int32))
+    tl.store(out + 1, before.to(tl.int32))
+    tl.store(out + 2, first.to(tl.int32))
+    tl.store(out + 3, second.to(tl.int32))
+    tl.store(out + 4, after.to(tl.int32))
+
+
+@triton.jit
+def closed_store_kernel(x, context_ptr, N: tl.constexpr):
+    """The next rank's x[:N] = rank * 100 + 1 + offs, through ctx.store (given a closed heap's
+    context: this rank's own x)."""
+    ctx = Context.initialize(context_ptr)
+    offs = tl.arange(0, N)
+    ctx.store(x + offs, (ctx.rank * 100 + 1 + offs).to(tl.int32), (ctx.rank + 1) % ctx.world_size)
+
+
 # -- the compile-only cases ----------------------------------------------------------------------
 
 RMA_DTYPES = ("i8", "i32", "fp16", "bf16", "fp32")
@@ -399,6 +453,8 @@ def compile_cases():
                       {"flags": "*i32", "value": "i32", "result": "*i32", **ctx, "LANES": "constexpr", "FREE": "constexpr"},
                       {"LANES": 4, "FREE": free}))  # fmt: skip
     cases.append(("wait[default]", wait_default_kernel, {"flag": "*i32", "value": "i32", "result": "*i32", **ctx}, {}))
+    cases += clock_cases()
+    cases.append(("closed_store", closed_store_kernel, {"x": "*i32", **ctx, "N": "constexpr"}, {"N": 64}))
     for dt in ("i8", "fp16", "fp32"):
         cases += [(f"stream[{name},{dt}]", fn, sig, consts) for name, fn, sig, consts in stream_cases(dt, 1024)]
 
@@ -419,12 +475,28 @@ def compile_cases():
     return cases
 
 
+def clock_cases():
+    """(label, kernel, signature, constexprs) of the kernels that read the device clock."""
+    cases = []
+    for free in (False, True):
+        cases += [
+            (f"clock[free={free}]", clock_kernel, {"out": "*i64", "context_ptr": "*i64", "FREE": "constexpr"}, {"FREE": free}),
+            (f"record_error[free={free}]", record_error_kernel,
+             {"flag": "*i32", "out": "*i32", "context_ptr": "*i64", "code": "i64", "detail": "i64", "FREE": "constexpr"},
+             {"FREE": free}),
+        ]  # fmt: skip
+    return cases
+
+
 # -- streaming copies (vectorization check; the benchmark has its own) ----------------------------
 
 
 @triton.jit
 def stream_local_kernel(src, dst, context_ptr, n, BLOCK: tl.constexpr):
-    """dst = src, plain Triton, no translation: the reference for vector widths."""
+    """dst = src, plain Triton, no translation: the reference for vector widths. The context is
+    initialized as in the translated copies (its closed-heap check stores the error record), so
+    that translation is all they differ by."""
+    Context.initialize(context_ptr)
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     tl.store(dst + offs, tl.load(src + offs, mask=mask), mask=mask)

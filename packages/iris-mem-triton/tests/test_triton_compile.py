@@ -1,5 +1,6 @@
 """Compile-only: every kernel of the suite lowers for NVIDIA (sm_90) and AMD (gfx942) without a
-GPU, and translated accesses keep the vector width of a plain local copy."""
+GPU, translated accesses keep the vector width of a plain local copy, and the device clock is
+each target's timer."""
 
 import _triton_compile
 import pytest
@@ -25,6 +26,10 @@ def _vector_accesses(rank, world_size, dtype):
     return _triton_compile.vector_accesses(rank, world_size, TARGETS[rank], dtype)
 
 
+def _clock_reads(rank, world_size):
+    return _triton_compile.clock_reads(rank, world_size, TARGETS[rank])
+
+
 def test_every_kernel_compiles_for_cuda_and_hip(compiler):
     for target, (count, failures) in zip(TARGETS, compiler.run(_compile_all)):
         assert count > 100
@@ -45,3 +50,14 @@ def test_translated_accesses_are_as_wide_as_local_ones(compiler, dtype):
                 f"{target} {dtype} {op}: loads {loads} vs local {local_loads}"
             )
             assert set(stores) == set(local_stores), f"{target} {dtype} {op}: stores {stores} vs local {local_stores}"
+
+
+def test_the_device_clock_is_the_targets_timer(compiler):
+    """clock_ns (and the bounded wait, which reads it every poll) read %globaltimer on NVIDIA and
+    s_memrealtime on AMD, told apart by the compile target, not by a driver (there is none here)."""
+    for target, reads in zip(TARGETS, compiler.run(_clock_reads)):
+        word = {"cuda": "%globaltimer", "hip": "s_memrealtime"}[target]
+        assert reads["clock[free=False]"] >= 1 and reads["clock[free=True]"] >= 1, f"{target}: {reads}"
+        # record_error_kernel: the wait's start and its poll loop, and the two aux readings
+        for case in ("record_error[free=False]", "record_error[free=True]"):
+            assert reads[case] >= 3, f"{target} {case}: {word} appears {reads[case]} times"

@@ -20,12 +20,25 @@ import triton as _triton
 
 import iris.heap as _heap
 
-from . import interpret, ops
-from ._compat import GluonASTSource, aggregate, barrier
-from .context import Context
-from .interpret import UnsupportedOnCPUError
-from .layouts import blocked_layout, current_target, warp_size
-from .ops import (
+__version__ = "0.1.0"
+
+#: The ``heap.context`` layout (``iris.heap.CONTEXT_ABI_VERSION``) this code reads.
+CONTEXT_ABI_VERSION = 2
+
+# Before the submodules: they read the layout's names, which an older iris-heap lacks.
+if _heap.CONTEXT_ABI_VERSION != CONTEXT_ABI_VERSION:
+    raise ImportError(
+        f"iris.mem.gluon {__version__} reads device-context ABI version {CONTEXT_ABI_VERSION}, but the "
+        f"installed iris-heap provides version {_heap.CONTEXT_ABI_VERSION}; install an iris-heap release "
+        "within iris-mem-gluon's declared range"
+    )
+
+from . import interpret, ops  # noqa: E402
+from ._compat import GluonASTSource, aggregate, barrier  # noqa: E402
+from .context import Context  # noqa: E402
+from .interpret import UnsupportedOnCPUError  # noqa: E402
+from .layouts import blocked_layout, current_target, warp_size  # noqa: E402
+from .ops import (  # noqa: E402
     InterpreterAtomicError,
     atomic_add,
     atomic_and,
@@ -36,26 +49,17 @@ from .ops import (
     atomic_sub,
     atomic_xchg,
     atomic_xor,
+    clock_ns,
     copy,
     get,
+    healthy,
     load,
     put,
+    record_error,
     store,
     translate,
     wait,
 )
-
-__version__ = "0.1.0"
-
-#: The ``heap.context`` layout (``iris.heap.CONTEXT_ABI_VERSION``) this code reads.
-CONTEXT_ABI_VERSION = 1
-
-if _heap.CONTEXT_ABI_VERSION != CONTEXT_ABI_VERSION:
-    raise ImportError(
-        f"iris.mem.gluon {__version__} reads device-context ABI version {CONTEXT_ABI_VERSION}, but the "
-        f"installed iris-heap provides version {_heap.CONTEXT_ABI_VERSION}; install an iris-heap release "
-        "within iris-mem-gluon's declared range"
-    )
 
 if _triton.knobs.runtime.interpret:
     interpret.enable()
@@ -78,13 +82,16 @@ __all__ = [
     "atomic_xor",
     "barrier",
     "blocked_layout",
+    "clock_ns",
     "copy",
     "current_target",
     "get",
+    "healthy",
     "interpret",
     "load",
     "ops",
     "put",
+    "record_error",
     "store",
     "translate",
     "wait",

@@ -19,8 +19,8 @@ class Context:
     """This rank's view of the symmetric heap inside a kernel: ``Context.initialize(heap.context)``.
 
     ``rank`` and ``world_size`` are int64 scalars; ``heap_bases`` points at the W heap bases and
-    ``context_ptr`` at the whole context (for bounded waits). Pointers passed to the methods are
-    local heap addresses; the rank argument says whose copy is touched.
+    ``context_ptr`` at the whole context (for bounded waits and device errors). Pointers passed to
+    the methods are local heap addresses; the rank argument says whose copy is touched.
     """
 
     rank: gl.tensor
@@ -37,8 +37,14 @@ class Context:
     @staticmethod
     @gluon.jit
     def initialize(context_ptr):
-        """Read rank and world size from the int64 context tensor ``heap.context``."""
-        return Context(gl.load(context_ptr + 0), gl.load(context_ptr + 1), context_ptr + 2, context_ptr)
+        """Read rank and world size from the int64 context tensor ``heap.context``.
+
+        A closed heap's context records ERROR_HEAP_CLOSED (its bases are all 0 then, so the
+        kernel reaches only the pointers it was given); that costs one scalar load when open.
+        """
+        world_size = gl.load(context_ptr + ops._WORLD_SIZE)
+        ops._record_if_closed(context_ptr, world_size)
+        return Context(gl.load(context_ptr + ops._RANK), world_size, context_ptr + ops._BASES, context_ptr)
 
     @gluon.jit
     def translate(self, ptr, to_rank, hint: gl.constexpr = None):
@@ -128,3 +134,18 @@ class Context:
     def wait(self, flag_ptr, value, cmp: gl.constexpr = None):
         """Bounded acquire spin on the LOCAL flag until ``flag cmp value``; False on timeout (see ``ops.wait``)."""
         return ops.wait(flag_ptr, value, self.context_ptr, cmp)
+
+    @gluon.jit
+    def clock_ns(self):
+        """Nanoseconds of the device clock (see ``ops.clock_ns``)."""
+        return ops.clock_ns()
+
+    @gluon.jit
+    def record_error(self, code, detail, value, peer, aux):
+        """Record a device error unless one is recorded; whether this call won (see ``ops.record_error``)."""
+        return ops.record_error(self.context_ptr, code, detail, value, peer, aux)
+
+    @gluon.jit
+    def healthy(self):
+        """Whether no device error is recorded in the context (see ``ops.healthy``)."""
+        return ops.healthy(self.context_ptr)

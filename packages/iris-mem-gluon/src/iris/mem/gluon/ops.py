@@ -2,16 +2,20 @@
 
 Every pointer argument is a **local** heap address (a scalar pointer or a tensor of pointers in
 some distributed layout); the rank arguments say whose copy is touched. ``heap_bases`` points at
-the context's base entries (``context_ptr + 2``). Masked-off elements are neither read nor
-written; ``other`` only fills masked-off lanes of the loaded value. Results keep the pointer's
+the context's base entries (``Context.initialize`` gives it). Masked-off elements are neither read
+nor written; ``other`` only fills masked-off lanes of the loaded value. Results keep the pointer's
 layout. Atomics return the old value; ``sem=None`` is ``"acq_rel"`` and ``scope=None`` is
 ``"sys"`` (visible to other GPUs and processes). A scalar value given with a tensor of pointers
 is broadcast into the pointers' layout first (Gluon on triton 3.6 rejects scalar atomic values).
+``wait``, ``record_error`` and ``healthy`` take the whole context (``heap.context``), which they
+read only through the names of ``iris.heap.context`` (ABI version 2).
 
 The same code runs compiled (NVIDIA and AMD) and on CPU ranks (:mod:`iris.mem.gluon.interpret`).
 """
 
 from __future__ import annotations
+
+import time
 
 import triton.language as tl
 from triton.experimental import gluon
@@ -39,22 +43,31 @@ __all__ = [
     "atomic_min",
     "atomic_max",
     "wait",
+    "clock_ns",
+    "record_error",
+    "healthy",
     "InterpreterAtomicError",
 ]
 
 #: Every heap base is a multiple of this many bytes (page- or allocation-aligned in practice).
-BASE_ALIGNMENT = gl.constexpr(16)
+BASE_ALIGNMENT = gl.constexpr(_abi.BASE_ALIGNMENT)
+
+# The device context (iris.heap.context), as constexprs: device code reads it through these only.
 _RANK = gl.constexpr(_abi.RANK_INDEX)
 _WORLD_SIZE = gl.constexpr(_abi.WORLD_SIZE_INDEX)
 _BASES = gl.constexpr(_abi.BASES_INDEX)
+_WAIT_TIMEOUT_NS = gl.constexpr(_abi.EXT_WAIT_TIMEOUT_NS)  # extensions: offsets after the W bases
+_ERROR_CODE = gl.constexpr(_abi.EXT_ERROR_CODE)
+_ERROR_RECORD = gl.constexpr(_abi.EXT_ERROR_RECORD)
+_STATUS = gl.constexpr(_abi.EXT_STATUS)
+_STATUS_CLOSED = gl.constexpr(_abi.STATUS_CLOSED)
+_RECORD_CODE = gl.constexpr(_abi.RECORD_CODE)  # words of the error record
+_RECORD_DETAIL = gl.constexpr(_abi.RECORD_DETAIL)
+_RECORD_VALUE = gl.constexpr(_abi.RECORD_VALUE)
+_RECORD_PEER = gl.constexpr(_abi.RECORD_PEER)
+_RECORD_AUX = gl.constexpr(_abi.RECORD_AUX)
 _ERROR_WAIT_TIMEOUT = gl.constexpr(_abi.ERROR_WAIT_TIMEOUT)
-# Extensions after the W bases (iris.heap.context): wait_limit, error_code, error_detail, error_value.
-_WAIT_LIMIT_AFTER_BASES = gl.constexpr(_abi.wait_limit_index(0) - _abi.BASES_INDEX)
-_ERROR_CODE_AFTER_BASES = gl.constexpr(_abi.error_code_index(0) - _abi.BASES_INDEX)
-_ERROR_DETAIL_AFTER_BASES = gl.constexpr(_abi.error_detail_index(0) - _abi.BASES_INDEX)
-_ERROR_VALUE_AFTER_BASES = gl.constexpr(_abi.error_value_index(0) - _abi.BASES_INDEX)
-
-_COMPARISONS = ("==", "!=", ">=", ">", "<=", "<")
+_ERROR_HEAP_CLOSED = gl.constexpr(_abi.ERROR_HEAP_CLOSED)
 
 #: Element types whose atomics are real (cross-process) atomics on CPU ranks (Triton's interpreter).
 _CROSS_PROCESS = ("int32", "uint32", "int64", "uint64", "fp32", "fp64")
@@ -91,19 +104,19 @@ def _align_elements(dtype):
 
 @constexpr_function
 def _sem(sem):
-    return "acq_rel" if sem is None else sem
+    return _abi.SEM_DEFAULT if sem is None else sem
 
 
 @constexpr_function
 def _scope(scope):
-    return "sys" if scope is None else scope
+    return _abi.SCOPE_DEFAULT if scope is None else scope
 
 
 @constexpr_function
 def _comparison(cmp):
-    cmp = "==" if cmp is None else cmp
-    if cmp not in _COMPARISONS:
-        raise ValueError(f"iris.mem.gluon.wait: cmp must be one of {', '.join(_COMPARISONS)}, got {cmp!r}")
+    cmp = _abi.WAIT_COMPARISONS[0] if cmp is None else cmp  # None: the first, "=="
+    if cmp not in _abi.WAIT_COMPARISONS:
+        raise ValueError(f"iris.mem.gluon.wait: cmp must be one of {', '.join(_abi.WAIT_COMPARISONS)}, got {cmp!r}")
     return cmp
 
 
@@ -357,6 +370,104 @@ def atomic_max(
     return old
 
 
+# -- the device clock and device errors ------------------------------------------------------------
+
+#: Inline assembly that reads a nanosecond clock, per code generator backend: (asm, constraint,
+#: nanoseconds per tick). NVIDIA's global timer counts nanoseconds; AMD's s_memrealtime is a
+#: 100 MHz counter, a scalar memory read that must be waited for before its register is used.
+_CLOCK_ASM = {
+    "cuda": ("mov.u64 $0, %globaltimer;", "=l", 1),
+    "hip": ("s_memrealtime $0\ns_waitcnt lgkmcnt(0)", "=s", 10),
+}
+
+
+def _clock_ns(_semantic=None):
+    """The clock of wherever the kernel runs, as an int64 scalar (the body of ``clock_ns``).
+
+    CPU ranks: CPU execution runs this as Python in the middle of a launch, so it reads the host's
+    clock anew at each call (a constexpr function could too, but Triton's dependency scan rejects
+    ``time.monotonic_ns`` in one when it compiles). Compiled: the target comes from the code
+    generator's options (``backend_name``), which name the target being generated for even in a
+    process whose active driver is another or none (compile-only checks).
+    """
+    if _cpu._active:
+        return gl.cast(time.monotonic_ns(), gl.int64)
+    backend = _semantic.builder.options.backend_name
+    if backend not in _CLOCK_ASM:
+        raise NotImplementedError(
+            f"iris.mem.gluon.clock_ns (which bounded waits read) was compiled for the {backend!r} backend, "
+            f"which has no device clock here; it reads one on {', '.join(_CLOCK_ASM)} GPUs and on CPU ranks"
+        )
+    asm, constraint, ns_per_tick = _CLOCK_ASM[backend]
+    ticks = gl.inline_asm_elementwise(asm, constraint, [], dtype=gl.int64, is_pure=False, pack=1, _semantic=_semantic)
+    if ns_per_tick == 1:
+        return ticks
+    return ticks.__mul__(ns_per_tick, _semantic=_semantic)
+
+
+_clock_ns.__triton_builtin__ = True  # compiled: called with the code generator's _semantic
+
+
+@gluon.jit
+def clock_ns():
+    """Nanoseconds of the device clock, an int64 scalar: for durations, not for dates.
+
+    NVIDIA: ``%globaltimer``; AMD: ``s_memrealtime`` (100 MHz, scaled to nanoseconds); CPU ranks:
+    the host's ``time.monotonic_ns()``. The clock a bounded ``wait`` measures its bound with.
+    """
+    return _clock_ns()
+
+
+@gluon.jit
+def _extensions(context_ptr):
+    """Where the context's extensions start: right after the W heap bases."""
+    return context_ptr + _BASES + gl.load(context_ptr + _WORLD_SIZE)
+
+
+@gluon.jit
+def _no_error(extensions):
+    return gl.load(extensions + _ERROR_CODE, volatile=True) == 0
+
+
+@gluon.jit
+def healthy(context_ptr):
+    """Whether no device error is recorded in the context (a volatile read of ``EXT_ERROR_CODE``)."""
+    return _no_error(_extensions(context_ptr))
+
+
+@gluon.jit
+def record_error(context_ptr, code, detail, value, peer, aux):
+    """Record device error ``code`` (an ``ERROR_*`` of ``iris.heap.context``) unless one is recorded.
+
+    The first error wins: a CAS of the context's ``EXT_ERROR_CODE`` word from 0 (acq_rel, sys
+    scope), which every bounded wait reads to stop at once. The winner fills the host-visible
+    error record: ``detail``, ``value``, ``peer`` and ``aux`` (int64; their meaning is the code's),
+    then ``code`` last with a release exchange, so a host that sees the code sees the rest
+    (``heap.check_device_errors()`` raises it without a device sync). Returns whether this call
+    won. Scalars only (scalar pointers and values: what Gluon's atomics accept without a layout);
+    one thread of the program does the work.
+    """
+    code64 = gl.cast(code, gl.int64)
+    ext = _extensions(context_ptr)
+    won = gl.atomic_cas(ext + _ERROR_CODE, gl.cast(0, gl.int64), code64, sem="acq_rel", scope="sys") == 0
+    if won:
+        record = gl.load(ext + _ERROR_RECORD).to(gl.pointer_type(gl.int64), bitcast=True)
+        # Scalar stores and atomics run on the same (first) thread: program order, then release.
+        gl.store(record + _RECORD_DETAIL, gl.cast(detail, gl.int64))
+        gl.store(record + _RECORD_VALUE, gl.cast(value, gl.int64))
+        gl.store(record + _RECORD_PEER, gl.cast(peer, gl.int64))
+        gl.store(record + _RECORD_AUX, gl.cast(aux, gl.int64))
+        gl.atomic_xchg(record + _RECORD_CODE, code64, sem="release", scope="sys")
+    return won
+
+
+@gluon.jit
+def _record_if_closed(context_ptr, world_size):
+    """Record ERROR_HEAP_CLOSED when the context is a closed heap's (one scalar load otherwise)."""
+    if gl.load(context_ptr + _BASES + world_size + _STATUS) == _STATUS_CLOSED:
+        record_error(context_ptr, _ERROR_HEAP_CLOSED, 0, 0, -1, 0)
+
+
 # -- bounded wait ----------------------------------------------------------------------------------
 
 
@@ -411,31 +522,30 @@ def wait(flag_ptr, value, context_ptr, cmp: gl.constexpr = None):
 
     ``flag_ptr`` is a scalar pointer or a 1-D block of pointers; a block waits until every flag in
     it holds, polling them all at once (the same flag may appear in several lanes). Returns True
-    when they do. Returns False at once if the context already holds an error, or after the
-    context's ``wait_limit`` spins; a timeout records ERROR_WAIT_TIMEOUT (first waiter wins by CAS),
-    the heap offset and last value of the (lowest-addressed) flag that did not hold, which
-    ``heap.check_device_errors()`` raises as ``WaitTimeoutError``. ``cmp``: "==" (None), "!=",
-    ">=", ">", "<=", "<".
+    when they do. Returns False at once while the context holds an error (recorded before the wait
+    or during it), and once the context's bound (``EXT_WAIT_TIMEOUT_NS``, ``heap.wait_timeout``)
+    has passed on the device clock (``clock_ns``) with the flags last seen not holding: never
+    sooner, and later by at most one poll. A timeout records ERROR_WAIT_TIMEOUT (``record_error``:
+    the first error wins) with the heap offset and last value of the (lowest-addressed) flag that
+    did not hold and the nanoseconds waited, which ``heap.check_device_errors()`` raises as
+    ``WaitTimeoutError``. ``cmp``: "==" (None), "!=", ">=", ">", "<=", "<".
     """
     op: gl.constexpr = _comparison(cmp)
-    world_size = gl.load(context_ptr + _WORLD_SIZE)
-    extensions = context_ptr + _BASES + world_size
-    limit = gl.load(extensions + _WAIT_LIMIT_AFTER_BASES)
-    error_ptr = extensions + _ERROR_CODE_AFTER_BASES
-    healthy = gl.load(error_ptr, volatile=True) == 0
+    ext = _extensions(context_ptr)
+    bound = gl.load(ext + _WAIT_TIMEOUT_NS)
+    ok = _no_error(ext)
+    start = clock_ns()
     seen = _poll(flag_ptr)
     done = _every(_holds(seen, value, op))
-    spins = limit * 0
-    while healthy & (done == 0) & (spins < limit):
+    waited = start * 0
+    while ok & (done == 0) & (waited < bound):
+        # The clock before the poll: a wait that gives up saw the flags miss after the bound.
+        waited = clock_ns() - start
         seen = _poll(flag_ptr)
         done = _every(_holds(seen, value, op))
-        spins += 1
-    if healthy & (done == 0):
-        code = gl.cast(_ERROR_WAIT_TIMEOUT, gl.int64)
-        if gl.atomic_cas(error_ptr, gl.cast(0, gl.int64), code, sem="acq_rel", scope="sys") == 0:
-            rank = gl.load(context_ptr + _RANK)
-            base = gl.load(context_ptr + _BASES + rank)
-            offset, last = _first_missed(flag_ptr, seen, _holds(seen, value, op), base)
-            gl.store(extensions + _ERROR_DETAIL_AFTER_BASES, offset)
-            gl.store(extensions + _ERROR_VALUE_AFTER_BASES, last)
-    return healthy & done
+        ok = _no_error(ext)
+    if ok & (done == 0):
+        base = gl.load(context_ptr + _BASES + gl.load(context_ptr + _RANK))
+        offset, last = _first_missed(flag_ptr, seen, _holds(seen, value, op), base)
+        record_error(context_ptr, _ERROR_WAIT_TIMEOUT, offset, last, -1, waited)
+    return ok & done

@@ -81,3 +81,18 @@ def warp_sizes_in_ir(rank, world_size, target_name):
     name, fn, signature, constexprs = K.stream_cases("fp32", 1024, target)[1]
     ttgir = _compile(fn, signature, constexprs, target).asm["ttgir"]
     return int(re.search(r'"ttg.threads-per-warp" = (\d+)', ttgir).group(1)), constexprs["L"].threads_per_warp[0]
+
+
+#: The instruction that reads the device clock, and the assembly it appears in, per target.
+_CLOCK = {"cuda": ("%globaltimer", "ptx"), "hip": ("s_memrealtime", "amdgcn")}
+
+
+def clock_reads(rank, world_size, target_name):
+    """{case: how many times the target's clock instruction appears} for the kernels that read the clock."""
+    import _gluon_kernels as K
+
+    word, asm = _CLOCK[target_name]
+    return {
+        label: _compile(fn, signature, constexprs, TARGETS[target_name]).asm[asm].count(word)
+        for label, fn, signature, constexprs in K.clock_cases()
+    }

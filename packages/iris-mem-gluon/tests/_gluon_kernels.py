@@ -10,6 +10,7 @@ signatures and layouts for the compile-only test.
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
+import iris.heap.context as abi
 import iris.mem.gluon as img
 from iris.mem.gluon import Context
 
@@ -28,10 +29,15 @@ def layout_2d(cols, target=None, num_warps=NUM_WARPS):
                             warps_per_cta=[num_warps, 1], order=[1, 0])  # fmt: skip
 
 
+_RANK = gl.constexpr(abi.RANK_INDEX)
+_WORLD_SIZE = gl.constexpr(abi.WORLD_SIZE_INDEX)
+_BASES = gl.constexpr(abi.BASES_INDEX)
+
+
 @gluon.jit
 def _raw(context_ptr):
     """rank, world_size, heap_bases straight from the context (the free-function API's inputs)."""
-    return gl.load(context_ptr), gl.load(context_ptr + 1), context_ptr + 2
+    return gl.load(context_ptr + _RANK), gl.load(context_ptr + _WORLD_SIZE), context_ptr + _BASES
 
 
 # -- load / store / get / put / copy -------------------------------------------------------------
@@ -372,12 +378,77 @@ def wait_block_kernel(flags, value, result, context_ptr, LANES: gl.constexpr, L:
     gl.store(result, ok.to(gl.int32))
 
 
+# -- the device clock and device errors ------------------------------------------------------------
+
+
+@gluon.jit
+def clock_kernel(out, context_ptr, FREE: gl.constexpr):
+    """out[0] = the device clock."""
+    if FREE:
+        now = img.clock_ns()
+    else:
+        now = Context.initialize(context_ptr).clock_ns()
+    gl.store(out, now)
+
+
+@gluon.jit
+def record_error_kernel(flag, out, context_ptr, code, detail, FREE: gl.constexpr):
+    """A wait for flag == 1, then two record_error calls (details detail and detail + 1, aux the
+    clock's ns since the wait began): out = [wait held, healthy before, first won, second won,
+    healthy after]."""
+    ctx = Context.initialize(context_ptr)
+    if FREE:
+        start = img.clock_ns()
+        held = img.wait(flag, 1, context_ptr)
+        before = img.healthy(context_ptr)
+        first = img.record_error(context_ptr, code, detail, 11, ctx.rank, img.clock_ns() - start)
+        second = img.record_error(context_ptr, code, detail + 1, 21, ctx.rank, img.clock_ns() - start)
+        after = img.healthy(context_ptr)
+    else:
+        start = ctx.clock_ns()
+        held = ctx.wait(flag, 1)
+        before = ctx.healthy()
+        first = ctx.record_error(code, detail, 11, ctx.rank, ctx.clock_ns() - start)
+        second = ctx.record_error(code, detail + 1, 21, ctx.rank, ctx.clock_ns() - start)
+        after = ctx.healthy()
+    gl.store(out, held.to(gl.int32))
+    gl.store(out + 1, before.to(gl.int32))
+    gl.store(out + 2, first.to(gl.int32))
+    gl.store(out + 3, second.to(gl.int32))
+    gl.store(out + 4, after.to(gl.int32))
+
+
+@gluon.jit
+def closed_store_kernel(x, context_ptr, N: gl.constexpr, L: gl.constexpr):
+    """The next rank's x[:N] = rank * 100 + 1 + offs, through ctx.store (given a closed heap's
+    context: this rank's own x)."""
+    ctx = Context.initialize(context_ptr)
+    offs = gl.arange(0, N, layout=L)
+    ctx.store(x + offs, (ctx.rank * 100 + 1 + offs).to(gl.int32), (ctx.rank + 1) % ctx.world_size)
+
+
+def clock_cases():
+    """(label, kernel, signature, constexprs) of the kernels that read the device clock."""
+    cases = []
+    for free in (False, True):
+        cases += [
+            (f"clock[free={free}]", clock_kernel, {"out": "*i64", "context_ptr": "*i64", "FREE": "constexpr"}, {"FREE": free}),
+            (f"record_error[free={free}]", record_error_kernel,
+             {"flag": "*i32", "out": "*i32", "context_ptr": "*i64", "code": "i64", "detail": "i64", "FREE": "constexpr"},
+             {"FREE": free}),
+        ]  # fmt: skip
+    return cases
+
+
 # -- streaming copies (vectorization check; the benchmark has its own) ----------------------------
 
 
 @gluon.jit
 def stream_local_kernel(src, dst, context_ptr, n, BLOCK: gl.constexpr, L: gl.constexpr):
-    """dst = src, plain Gluon, no translation: the reference for vector widths."""
+    """dst = src, plain Gluon, no translation: the reference for vector widths. The context is
+    initialized as in the translated copies (its closed-heap check stores the error record), so
+    that translation is all they differ by."""
+    Context.initialize(context_ptr)
     offs = gl.program_id(0) * BLOCK + gl.arange(0, BLOCK, layout=L)
     mask = offs < n
     gl.store(dst + offs, gl.load(src + offs, mask=mask), mask=mask)
@@ -505,6 +576,9 @@ def compile_cases(target):
                       {"flags": "*i32", "value": "i32", "result": "*i32", **ctx, "LANES": "constexpr", "L": "constexpr",
                        "FREE": "constexpr"}, {"LANES": 4, "L": layout(4, target), "FREE": free}))  # fmt: skip
     cases.append(("wait[default]", wait_default_kernel, {"flag": "*i32", "value": "i32", "result": "*i32", **ctx}, {}))
+    cases += clock_cases()
+    cases.append(("closed_store", closed_store_kernel, {"x": "*i32", **ctx, "N": "constexpr", "L": "constexpr"},
+                  {"N": N, "L": L}))  # fmt: skip
     cases += [(f"stream[{name}]", fn, sig, consts) for name, fn, sig, consts in stream_cases("fp32", 1024, target)]
 
     def atomic(op, dt, free, sem=None, scope=None):

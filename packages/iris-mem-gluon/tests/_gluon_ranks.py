@@ -7,6 +7,7 @@ and asserts against a torch reference. Failures come back with the rank that rai
 
 import functools
 import operator
+import time
 
 import torch
 import torch.distributed as dist
@@ -387,10 +388,36 @@ COMPARISONS = {
 }
 
 
+#: Bound of the waits that are meant to time out (seconds): short, as each one lasts that long.
+SHORT_WAIT = 0.05
+
+
+def _sync(heap):
+    if heap.device.type == "cuda":
+        torch.cuda.synchronize(heap.device)
+
+
+def _timeout(heap, what):
+    """The recorded wait timeout (checked against the ABI's meaning of its words), then cleared."""
+    error = heap._record.read()
+    if error is None:
+        raise AssertionError(f"{what} timed out without recording an error")
+    assert error.code == iris.heap.context.ERROR_WAIT_TIMEOUT, f"{what}: recorded {error}"
+    assert error.peer == -1, f"{what}: recorded {error}"
+    assert error.aux >= round(heap.wait_timeout * 1e9), f"{what}: gave up after {error.aux} ns, before the bound"
+    try:
+        heap.check_device_errors()
+    except iris.heap.WaitTimeoutError as e:
+        assert e.offset == error.detail and e.value == error.value, (e.offset, e.value, error)
+    else:
+        raise AssertionError(f"{what}: check_device_errors() did not raise {error}")
+    return error
+
+
 def check_wait_outcomes(rank, world_size, free):
-    """Each comparison, satisfied (True at once) and not (False after wait_limit, error recorded)."""
+    """Each comparison, satisfied (True at once) and not (False after the bound, error recorded)."""
     K, heap = _kernels(), _heap()
-    heap.wait_limit = 20
+    heap.wait_timeout = SHORT_WAIT
     heap.zeros(5)  # the flag is not at offset 0
     flag = heap.full((1,), 7, dtype=torch.int32)
     result = heap.zeros(1, dtype=torch.int32)
@@ -398,101 +425,107 @@ def check_wait_outcomes(rank, world_size, free):
         for value in (6, 7, 8):
             K.wait_kernel[(1,)](flag, value, result, heap.context, CMP=cmp, FREE=free)
             holds = fn(7, value)
-            if heap.device.type == "cuda":
-                torch.cuda.synchronize(heap.device)
+            _sync(heap)
             assert result.item() == int(holds), f"wait(flag=7 {cmp} {value}) returned {result.item()}"
             if holds:
                 heap.check_device_errors()
             else:
-                try:
-                    heap.check_device_errors()
-                except iris.heap.WaitTimeoutError as e:
-                    assert "held 7" in str(e), str(e)
-                else:
-                    raise AssertionError(f"wait(flag=7 {cmp} {value}) timed out without recording an error")
+                error = _timeout(heap, f"wait(flag=7 {cmp} {value})")
+                assert (error.detail, error.value) == (heap.offset(flag), 7), error
     K.wait_default_kernel[(1,)](flag, 7, result, heap.context)
     assert result.item() == 1
     K.wait_default_kernel[(1,)](flag, 8, result, heap.context)
     assert result.item() == 0
-    w = world_size
-    detail = heap.context[iris.heap.context.error_detail_index(w)].item()
-    assert detail == heap.offset(flag), f"error_detail {detail}, want the flag's offset {heap.offset(flag)}"
-    assert heap.context[iris.heap.context.error_value_index(w)].item() == 7
-    try:
-        heap.check_device_errors()
-    except iris.heap.WaitTimeoutError:
-        pass
-    else:
-        raise AssertionError("default-comparison timeout not recorded")
+    error = _timeout(heap, "wait(flag=7, 8)")
+    assert (error.detail, error.value) == (heap.offset(flag), 7), f"{error}: want the flag's offset and 7"
 
 
 def check_wait_on_a_block(rank, world_size, free):
     """A block of flags: True once every flag holds; a timeout names the lowest flag that did not."""
     K, heap = _kernels(), _heap()
-    heap.wait_limit = 20
+    heap.wait_timeout = SHORT_WAIT
     heap.zeros(3)  # the flags are not at offset 0
     flags = heap.zeros(3, dtype=torch.int32)
     flags.copy_(torch.tensor([5, 9, 7], dtype=torch.int32))
     result = heap.full((1,), 3, dtype=torch.int32)
-    w = world_size
     for value, holds, missed in ((5, True, None), (6, False, 0), (8, False, 0)):
         K.wait_block_kernel[(1,)](
             flags, value, result, heap.context, LANES=4, L=K.layout(4), FREE=free, num_warps=K.NUM_WARPS
         )
-        if heap.device.type == "cuda":
-            torch.cuda.synchronize(heap.device)
+        _sync(heap)
         assert result.item() == int(holds), f"block wait for >= {value} over [5, 9, 7] returned {result.item()}"
         if holds:
             heap.check_device_errors()
             continue
-        detail = heap.context[iris.heap.context.error_detail_index(w)].item()
-        assert detail == heap.offset(flags) + 4 * missed, f"error_detail {detail}: not flag {missed}'s offset"
-        assert heap.context[iris.heap.context.error_value_index(w)].item() == flags[missed].item()
-        try:
-            heap.check_device_errors()
-        except iris.heap.WaitTimeoutError:
-            pass
-        else:
-            raise AssertionError(f"block wait for >= {value} timed out without recording an error")
+        error = _timeout(heap, f"block wait for >= {value}")
+        assert error.detail == heap.offset(flags) + 4 * missed, f"{error}: not flag {missed}'s offset"
+        assert error.value == flags[missed].item(), error
     flags[0] = 8  # now only flag 2 (7, repeated in lanes 2 and 3) misses >= 8
     K.wait_block_kernel[(1,)](flags, 8, result, heap.context, LANES=4, L=K.layout(4), FREE=free, num_warps=K.NUM_WARPS)
     assert result.item() == 0
-    assert heap.context[iris.heap.context.error_detail_index(w)].item() == heap.offset(flags) + 8
-    assert heap.context[iris.heap.context.error_value_index(w)].item() == 7
-    try:
-        heap.check_device_errors()
-    except iris.heap.WaitTimeoutError:
-        pass
+    error = _timeout(heap, "block wait for >= 8")
+    assert (error.detail, error.value) == (heap.offset(flags) + 8, 7), error
 
 
 def check_wait_after_error(rank, world_size, free):
-    """With an error already recorded, wait returns False at once, even for a flag that holds,
-    and leaves the first error in place."""
+    """With an error recorded, a wait returns False at once, even for a flag that holds, and the
+    first error stays: a second failing wait does not overwrite it."""
     K, heap = _kernels(), _heap()
-    heap.wait_limit = 1 << 40  # would never end if the wait spun
+    heap.wait_timeout = SHORT_WAIT
+    first = heap.full((1,), 1, dtype=torch.int32)
     flag = heap.full((1,), 1, dtype=torch.int32)
     result = heap.full((1,), 5, dtype=torch.int32)
-    w = world_size
-    heap.context[iris.heap.context.error_code_index(w)] = iris.heap.context.ERROR_WAIT_TIMEOUT
-    heap.context[iris.heap.context.error_detail_index(w)] = 12345
-    for value in (1, 2):
+    K.wait_kernel[(1,)](first, 2, result, heap.context, CMP="==", FREE=free)  # the first error
+    _sync(heap)
+    assert result.item() == 0
+    heap.wait_timeout = 1e6  # a wait that spun would outlast the test
+    for value in (1, 2):  # holds, and would fail
+        start = time.monotonic()
         K.wait_kernel[(1,)](flag, value, result, heap.context, CMP="==", FREE=free)
-        if heap.device.type == "cuda":
-            torch.cuda.synchronize(heap.device)
-        assert result.item() == 0, f"wait returned {result.item()} with an error already recorded"
-    assert heap.context[iris.heap.context.error_detail_index(w)].item() == 12345, "the first error was overwritten"
+        _sync(heap)
+        assert result.item() == 0, f"wait(flag == {value}) returned {result.item()} with an error recorded"
+        assert time.monotonic() - start < 10, "a wait with an error recorded did not return at once"
+    error = heap._record.read()
+    assert error.code == iris.heap.context.ERROR_WAIT_TIMEOUT and error.detail == heap.offset(first), (
+        f"the first error was overwritten: {error}, want the timeout on offset {heap.offset(first)}"
+    )
     try:
         heap.check_device_errors()
-    except iris.heap.WaitTimeoutError:
-        pass
+    except iris.heap.WaitTimeoutError as e:
+        assert e.offset == heap.offset(first), str(e)
     else:
         raise AssertionError("the recorded error vanished")
+
+
+def check_first_error_wins(rank, world_size, free):
+    """record_error: the first call wins and fills the record, a second changes nothing; healthy()
+    says whether an error is recorded; once the host has raised it, kernels may record again."""
+    K, heap = _kernels(), _heap()
+    flag = heap.full((1,), 1, dtype=torch.int32)
+    out = heap.zeros(5, dtype=torch.int32)
+    code = iris.heap.context.ERROR_WAIT_TIMEOUT
+    for detail in (heap.offset(flag), heap.offset(out)):  # twice: after the host's clear, again
+        K.record_error_kernel[(1,)](flag, out, heap.context, code, detail, FREE=free)
+        _sync(heap)
+        held, before, won_first, won_second, after = out.tolist()
+        assert (held, before, won_first, won_second, after) == (1, 1, 1, 0, 0), out.tolist()
+        error = heap._record.read()
+        assert (error.code, error.detail, error.value, error.peer) == (code, detail, 11, rank), error
+        assert error.aux >= 0, error
+        try:
+            heap.check_device_errors()
+        except iris.heap.WaitTimeoutError as e:
+            assert (e.offset, e.value) == (detail, 11), str(e)
+        else:
+            raise AssertionError(f"check_device_errors() did not raise the recorded {error}")
+        assert heap._record.read() is None
+        assert heap.context[iris.heap.context.error_code_index(world_size)].item() == 0
 
 
 def check_wait_for_missing_signal(rank, world_size, free):
     """Rank 0 waits for a signal that no rank sends: it gives up, and the host raises naming rank 0."""
     K, heap = _kernels(), _heap()
-    heap.wait_limit = 200
+    heap.wait_timeout = SHORT_WAIT
     flag = heap.zeros(1, dtype=torch.int32)
     result = heap.full((1,), 5, dtype=torch.int32)
     if rank == 0:
@@ -508,7 +541,72 @@ def check_wait_for_missing_signal(rank, world_size, free):
         assert result.item() == 0
     else:
         assert message is None, message
-    heap.barrier()
+    # Closed here, on every rank: the raised error's traceback keeps rank 0's heap alive until a
+    # garbage collection, so the test runner would find it open on rank 0 only.
+    heap.close()
+
+
+def check_wait_lasts_its_bound(rank, world_size, free, bound, allowance):
+    """A wait that cannot hold gives up no sooner than ``bound`` seconds by the device clock (the
+    record's aux), and within 1.5 x ``bound`` + ``allowance`` (the record, and the host's wall time
+    around the launch). Returns (aux / bound, wall / bound)."""
+    K, heap = _kernels(), _heap()
+    flag = heap.zeros(1, dtype=torch.int32)
+    result = heap.full((1,), 5, dtype=torch.int32)
+    K.wait_kernel[(1,)](flag, 0, result, heap.context, CMP="==", FREE=free)  # warm: holds at once
+    heap.wait_timeout = bound
+    _sync(heap)
+    start = time.monotonic()
+    K.wait_kernel[(1,)](flag, 1, result, heap.context, CMP="==", FREE=free)
+    _sync(heap)
+    wall = time.monotonic() - start
+    error = _timeout(heap, f"a wait bounded by {bound} s")
+    waited = error.aux / 1e9
+    limit = 1.5 * bound + allowance
+    assert waited >= bound, f"the wait gave up after {waited:.4f} s by the device clock, before its bound {bound} s"
+    assert wall >= bound, f"the launch took {wall:.4f} s of wall time, less than the bound {bound} s"
+    assert waited <= limit and wall <= limit, (
+        f"the wait bounded by {bound} s lasted {waited:.4f} s by the device clock, {wall:.4f} s of wall time; "
+        f"want at most {limit:.3f} s (1.5 x bound + {allowance} s)"
+    )
+    return waited / bound, wall / bound
+
+
+def check_clock_is_the_hosts_on_cpu_ranks(rank, world_size, free):
+    """On CPU ranks clock_ns() reads time.monotonic_ns() when the kernel runs (a fresh value per launch)."""
+    K, heap = _kernels(), _heap()
+    out = heap.zeros(1, dtype=torch.int64)
+    seen = []
+    for _ in range(2):
+        before = time.monotonic_ns()
+        K.clock_kernel[(1,)](out, heap.context, FREE=free)
+        after = time.monotonic_ns()
+        assert before <= out.item() <= after, f"clock_ns() {out.item()} is not within [{before}, {after}]"
+        seen.append(out.item())
+    assert seen[1] > seen[0]
+
+
+def check_closed_heap(rank, world_size):
+    """A kernel given a closed heap's context records ERROR_HEAP_CLOSED, and its store to another
+    rank lands in its own tensor only (the bases are 0: translation is the identity)."""
+    K, heap = _kernels(), _heap()
+    x = heap.zeros(N, dtype=torch.int32)
+    canary = heap.full((N,), -7, dtype=torch.int32)  # allocated right after x
+    context = heap.context
+    heap.close()
+    K.closed_store_kernel[(1,)](x, context, N=N, L=K.layout(N), num_warps=K.NUM_WARPS)
+    _sync(heap)
+    error = heap._record.read()
+    want = iris.heap.DeviceError(iris.heap.context.ERROR_HEAP_CLOSED, 0, 0, -1, 0)
+    assert error == want, f"recorded {error}, want {want}"
+    try:
+        heap.check_device_errors()
+    except iris.heap.HeapClosedError:
+        pass
+    else:
+        raise AssertionError("check_device_errors() after close() did not raise HeapClosedError")
+    _expect(x, (rank * 100 + 1 + torch.arange(N)).to(torch.int32), "the store through a closed heap's context")
+    _expect(canary, torch.full((N,), -7, dtype=torch.int32), "the canary after x")
 
 
 # -- what the interpreter cannot do --------------------------------------------------------------

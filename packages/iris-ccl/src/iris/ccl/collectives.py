@@ -43,14 +43,21 @@ def _auto_variant(world_size: int, nbytes: int) -> str:
     return next(variant for bound, variant in rows if bound is None or nbytes <= bound)
 
 
+_KERNELS: dict = {}  # backend -> its kernel module, once imported
+
+
 def _kernels(backend: str):
+    module = _KERNELS.get(backend)
+    if module is not None:
+        return module
     name = {"triton": "_triton_kernels", "gluon": "_gluon_kernels"}[backend]
     try:
-        return importlib.import_module(f"iris.ccl.{name}")
+        module = _KERNELS[backend] = importlib.import_module(f"iris.ccl.{name}")
     except ImportError as e:
         if backend == "gluon" and "iris.mem.gluon" in str(e):
             raise ImportError("the gluon backend needs iris-mem-gluon: pip install 'iris-ccl[gluon]'") from e
         raise
+    return module
 
 
 def _heap(heap):
@@ -178,9 +185,9 @@ class _Launch:
 
     def describe(self, kind: str, numel: int, a=None, b=None, **fields) -> None:
         """This call's description (``iris.ccl.protocol``); ``a``/``b``: the buffers peers access."""
-        heap = self.heap
+        base = self.heap.base  # a and b are heap tensors or staging: their offsets are plain differences
         code = protocol.describe(kind, **fields)
-        self.desc = (code, numel, -1 if a is None else heap.offset(a), -1 if b is None else heap.offset(b))
+        self.desc = (code, numel, -1 if a is None else a.data_ptr() - base, -1 if b is None else b.data_ptr() - base)
 
     def programs(self, kernel, n: int, args, constexprs) -> int:
         tiles = max(1, -(-n // self.block))

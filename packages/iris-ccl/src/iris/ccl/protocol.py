@@ -44,6 +44,8 @@ ranks that pick different ones still move the same bytes.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from iris.heap import context as abi
@@ -74,6 +76,7 @@ _DTYPE_ID = {d: i + 1 for i, d in enumerate(_DTYPES)}
 _BITS = (("collective", 0, 4), ("variant", 4, 4), ("op", 8, 4), ("dtype", 12, 8), ("on heap", 20, 4), ("src", 24, 20))
 
 
+@functools.lru_cache(maxsize=4096)
 def describe(kind: str, *, variant: str = "", op: str = "", dtype=None, on_heap=(), src: int = -1) -> int:
     """The CODE word of a call (see the module docstring)."""
     heap_bits = sum(1 << i for i, on in enumerate(on_heap) if on)

@@ -52,6 +52,10 @@ class ErrorRecord:
         self.address = self.words.data_ptr()
         self._view = self.words.numpy()  # plain loads of the shared words, no torch dispatch
 
+    def pending(self) -> bool:
+        """Whether the device recorded an error (one plain load)."""
+        return self._view[abi.RECORD_CODE] != abi.ERROR_NONE
+
     def read(self) -> DeviceError | None:
         """The recorded error, or None. Never synchronizes with the device."""
         view = self._view

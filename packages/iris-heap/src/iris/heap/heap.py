@@ -175,6 +175,11 @@ class SymmetricHeap(TensorFactories):
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def base(self) -> int:
+        """The address of this rank's heap in this process (``heap_bases[rank]``, without a device read)."""
+        return self._base
+
     # -- allocation -------------------------------------------------------------------------
     def _allocate(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         if self._closed:
@@ -448,6 +453,8 @@ class SymmetricHeap(TensorFactories):
 
     def _poll_device_error(self) -> BaseException | None:
         """The pending device error as an exception (kept pending until raised). Never syncs."""
+        if self._pending is None and not self._record.pending():  # the common case, without the lock
+            return None
         with self._error_lock:
             if self._pending is None:
                 error = self._record.read()

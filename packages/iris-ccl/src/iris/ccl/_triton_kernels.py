@@ -126,6 +126,15 @@ def _give_up(ctx, sync, epoch, FLAGS: tl.constexpr):
 
 
 @triton.jit
+def _look(got, epoch, is_flag, real):
+    """(every flag reached ``epoch``, some peer gave up) from one poll, with one reduction: the
+    count of missing flags plus 2**20 per abandon flag raised (lanes are far fewer than 2**20)."""
+    bad = tl.where(is_flag, (got < epoch).to(tl.int32), (real & (got != 0)).to(tl.int32) << 20)
+    total = tl.sum(bad, axis=0)
+    return (total & ((1 << 20) - 1)) == 0, total >= (1 << 20)
+
+
+@triton.jit
 def _await(ctx, flags, sync, epoch, FLAGS: tl.constexpr):
     """Bounded wait until every rank's local ``flags[r]`` has reached ``epoch``; True if they did.
 
@@ -143,8 +152,7 @@ def _await(ctx, flags, sync, epoch, FLAGS: tl.constexpr):
     real = (i % FLAGS) < ctx.world_size
     ptrs = tl.where(is_flag, flags + r, _abandon(sync, FLAGS) + r)
     got = tl.atomic_add(ptrs, 0, sem="acquire", scope="sys")
-    done = _any(is_flag & (got < epoch)) == 0
-    quit = _any((is_flag == 0) & real & (got != 0))
+    done, quit = _look(got, epoch, is_flag, real)
     if (done == 0) & (quit == 0):  # not there yet: wait, with the clock running
         timeout = tl.load(ctx.context_ptr + _EXT_WAIT_TIMEOUT_NS + ctx.world_size)
         start = mops.clock_ns()
@@ -152,8 +160,7 @@ def _await(ctx, flags, sync, epoch, FLAGS: tl.constexpr):
         waited = mops.clock_ns() - start
         while (done == 0) & healthy & (quit == 0) & (waited < timeout):
             got = tl.atomic_add(ptrs, 0, sem="acquire", scope="sys")
-            done = _any(is_flag & (got < epoch)) == 0
-            quit = _any((is_flag == 0) & real & (got != 0))
+            done, quit = _look(got, epoch, is_flag, real)
             healthy = mops.healthy(ctx.context_ptr)
             waited = mops.clock_ns() - start
         if (done == 0) & healthy & (quit == 0):  # the deadline: give up on the missing ranks

@@ -44,3 +44,4 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA device (skipped without one)")
+    config.addinivalue_line("markers", "soak: the random-collective soak of the fault suite (minutes per backend)")

@@ -237,10 +237,10 @@ def missing_rank(rank, world_size, backend):
     import pytest
 
     heap = iris.heap.init(1 << 20)
-    heap.wait_timeout = 1.0
     cfg = ccl.Config(backend=backend, block_size=64, blocking=True)
     x = heap.ones(100)
-    ccl.all_reduce(x, config=cfg)
+    ccl.all_reduce(x, config=cfg)  # under the default bound: ranks start (and compile) at their own pace
+    heap.wait_timeout = 1.0
     skipper = world_size - 1
     if rank == skipper:
         time.sleep(0.5)  # this rank skips the collective the others enter
@@ -267,12 +267,12 @@ def unchecked_barrier(rank, world_size, backend):
     import pytest
 
     heap = iris.heap.init(1 << 20)
-    heap.wait_timeout = 1.0
     quiet = ccl.Config(backend=backend)
-    ccl.barrier(config=quiet)  # everyone arrives: nothing to report
+    ccl.barrier(config=quiet)  # everyone arrives (under the default bound): nothing to report
     if heap.device.type == "cuda":
         torch.cuda.synchronize(heap.device)
     heap.check_device_errors()
+    heap.wait_timeout = 1.0
     skipper = world_size - 1
     if rank == skipper:
         time.sleep(0.5)  # this rank skips the barrier the others enter

@@ -220,6 +220,8 @@ class SymmetricHeap(TensorFactories):
         self._check_open()
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{what}() takes a torch.Tensor, got {type(t).__name__}")
+        if t.layout != torch.strided:
+            raise NotOnHeapError(f"{what}(): a {t.layout} tensor is not on the heap (heap tensors are strided)")
         start = t.untyped_storage().data_ptr()
         offset = start - self._base
         if t.device != self.device or not 0 <= offset < self.size:
@@ -245,7 +247,7 @@ class SymmetricHeap(TensorFactories):
         try:  # the common case first: a live block of this heap (its storage starts at a block)
             offset = t.untyped_storage().data_ptr() - self._base
             live = offset in self._blocks and not self._closed and t.device == self.device
-        except AttributeError:  # not a tensor: _block_of says so
+        except (AttributeError, NotImplementedError, RuntimeError):  # not a (strided) tensor: _block_of says so
             live = False
         if not live:  # the checks that explain what is wrong
             offset = self._block_of(t, "free")

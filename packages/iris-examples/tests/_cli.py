@@ -21,7 +21,7 @@ def run_cli(*argv: str, torchrun: int | None = None, cwd=None) -> subprocess.Com
 
 
 def shm_entries() -> set[str]:
-    """The heap segments in /dev/shm now (iris-heap names them iris-*)."""
+    """Entries in /dev/shm named iris-*: iris-heap makes none (its regions are anonymous memfds), so a leak shows."""
     try:
         return {name for name in os.listdir("/dev/shm") if name.startswith("iris")}
     except FileNotFoundError:

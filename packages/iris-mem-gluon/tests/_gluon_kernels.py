@@ -383,12 +383,16 @@ def wait_block_kernel(flags, value, result, context_ptr, LANES: gl.constexpr, L:
 
 @gluon.jit
 def clock_kernel(out, context_ptr, FREE: gl.constexpr):
-    """out[0] = the device clock."""
+    """out = [the device clock, the bound of a wait in its nanoseconds]."""
     if FREE:
         now = img.clock_ns()
+        bound = img.wait_timeout_ns(context_ptr)
     else:
-        now = Context.initialize(context_ptr).clock_ns()
+        ctx = Context.initialize(context_ptr)
+        now = ctx.clock_ns()
+        bound = ctx.wait_timeout_ns()
     gl.store(out, now)
+    gl.store(out + 1, bound)
 
 
 @gluon.jit

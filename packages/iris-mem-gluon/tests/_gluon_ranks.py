@@ -415,9 +415,14 @@ def _timeout(heap, what):
 
 
 def check_wait_outcomes(rank, world_size, free):
-    """Each comparison, satisfied (True at once) and not (False after the bound, error recorded)."""
+    """The bound the kernels read is heap.wait_timeout; each comparison, satisfied (True at once)
+    and not (False after the bound, error recorded)."""
     K, heap = _kernels(), _heap()
     heap.wait_timeout = SHORT_WAIT
+    bound = heap.zeros(2, dtype=torch.int64)
+    K.clock_kernel[(1,)](bound, heap.context, FREE=free)
+    _sync(heap)
+    assert bound[1].item() == round(SHORT_WAIT * 1e9), f"wait_timeout_ns() {bound[1].item()}, want {SHORT_WAIT} s"
     heap.zeros(5)  # the flag is not at offset 0
     flag = heap.full((1,), 7, dtype=torch.int32)
     result = heap.zeros(1, dtype=torch.int32)
@@ -575,14 +580,14 @@ def check_wait_lasts_its_bound(rank, world_size, free, bound, allowance):
 def check_clock_is_the_hosts_on_cpu_ranks(rank, world_size, free):
     """On CPU ranks clock_ns() reads time.monotonic_ns() when the kernel runs (a fresh value per launch)."""
     K, heap = _kernels(), _heap()
-    out = heap.zeros(1, dtype=torch.int64)
+    out = heap.zeros(2, dtype=torch.int64)
     seen = []
     for _ in range(2):
         before = time.monotonic_ns()
         K.clock_kernel[(1,)](out, heap.context, FREE=free)
         after = time.monotonic_ns()
-        assert before <= out.item() <= after, f"clock_ns() {out.item()} is not within [{before}, {after}]"
-        seen.append(out.item())
+        assert before <= out[0].item() <= after, f"clock_ns() {out[0].item()} is not within [{before}, {after}]"
+        seen.append(out[0].item())
     assert seen[1] > seen[0]
 
 

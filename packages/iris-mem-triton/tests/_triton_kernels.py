@@ -333,12 +333,16 @@ def wait_block_kernel(flags, value, result, context_ptr, LANES: tl.constexpr, FR
 
 @triton.jit
 def clock_kernel(out, context_ptr, FREE: tl.constexpr):
-    """out[0] = the device clock."""
+    """out = [the device clock, the bound of a wait in its nanoseconds]."""
     if FREE:
         now = imt.clock_ns()
+        bound = imt.wait_timeout_ns(context_ptr)
     else:
-        now = Context.initialize(context_ptr).clock_ns()
+        ctx = Context.initialize(context_ptr)
+        now = ctx.clock_ns()
+        bound = ctx.wait_timeout_ns()
     tl.store(out, now)
+    tl.store(out + 1, bound)
 
 
 @triton.jit

@@ -59,6 +59,7 @@ from .ops import (  # noqa: E402
     store,
     translate,
     wait,
+    wait_timeout_ns,
 )
 
 if _triton.knobs.runtime.interpret:
@@ -95,5 +96,6 @@ __all__ = [
     "store",
     "translate",
     "wait",
+    "wait_timeout_ns",
     "warp_size",
 ]

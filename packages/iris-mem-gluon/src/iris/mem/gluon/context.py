@@ -141,6 +141,11 @@ class Context:
         return ops.clock_ns()
 
     @gluon.jit
+    def wait_timeout_ns(self):
+        """The bound of a device-side wait, in nanoseconds of ``clock_ns`` (see ``ops.wait_timeout_ns``)."""
+        return ops.wait_timeout_ns(self.context_ptr)
+
+    @gluon.jit
     def record_error(self, code, detail, value, peer, aux):
         """Record a device error unless one is recorded; whether this call won (see ``ops.record_error``)."""
         return ops.record_error(self.context_ptr, code, detail, value, peer, aux)

@@ -44,6 +44,7 @@ __all__ = [
     "atomic_max",
     "wait",
     "clock_ns",
+    "wait_timeout_ns",
     "record_error",
     "healthy",
     "InterpreterAtomicError",
@@ -425,6 +426,16 @@ def _extensions(context_ptr):
 
 
 @gluon.jit
+def wait_timeout_ns(context_ptr):
+    """The bound of a device-side wait (``heap.wait_timeout``), int64 nanoseconds of ``clock_ns``.
+
+    For layers that write their own bounded loops (polling more than flags), so that they give up
+    no sooner than ``wait`` does and without reading the context's layout themselves.
+    """
+    return gl.load(_extensions(context_ptr) + _WAIT_TIMEOUT_NS)
+
+
+@gluon.jit
 def _no_error(extensions):
     return gl.load(extensions + _ERROR_CODE, volatile=True) == 0
 
@@ -531,8 +542,8 @@ def wait(flag_ptr, value, context_ptr, cmp: gl.constexpr = None):
     ``WaitTimeoutError``. ``cmp``: "==" (None), "!=", ">=", ">", "<=", "<".
     """
     op: gl.constexpr = _comparison(cmp)
+    bound = wait_timeout_ns(context_ptr)
     ext = _extensions(context_ptr)
-    bound = gl.load(ext + _WAIT_TIMEOUT_NS)
     ok = _no_error(ext)
     start = clock_ns()
     seen = _poll(flag_ptr)

@@ -51,6 +51,7 @@ from .ops import (  # noqa: E402
     store,
     translate,
     wait,
+    wait_timeout_ns,
 )
 
 __all__ = [
@@ -77,4 +78,5 @@ __all__ = [
     "store",
     "translate",
     "wait",
+    "wait_timeout_ns",
 ]

@@ -39,6 +39,7 @@ __all__ = [
     "atomic_max",
     "wait",
     "clock_ns",
+    "wait_timeout_ns",
     "record_error",
     "healthy",
 ]
@@ -372,6 +373,16 @@ def _extensions(context_ptr):
 
 
 @triton.jit
+def wait_timeout_ns(context_ptr):
+    """The bound of a device-side wait (``heap.wait_timeout``), int64 nanoseconds of ``clock_ns``.
+
+    For layers that write their own bounded loops (polling more than flags), so that they give up
+    no sooner than ``wait`` does and without reading the context's layout themselves.
+    """
+    return tl.load(_extensions(context_ptr) + _WAIT_TIMEOUT_NS)
+
+
+@triton.jit
 def _no_error(extensions):
     return tl.load(extensions + _ERROR_CODE, volatile=True) == 0
 
@@ -477,8 +488,8 @@ def wait(flag_ptr, value, context_ptr, cmp: tl.constexpr = None):
     ``WaitTimeoutError``. ``cmp``: "==" (None), "!=", ">=", ">", "<=", "<".
     """
     op: tl.constexpr = _comparison(cmp)
+    bound = wait_timeout_ns(context_ptr)
     ext = _extensions(context_ptr)
-    bound = tl.load(ext + _WAIT_TIMEOUT_NS)
     ok = _no_error(ext)
     start = clock_ns()
     seen = _poll(flag_ptr)

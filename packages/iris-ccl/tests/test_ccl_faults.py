@@ -302,7 +302,7 @@ def test_random_collectives_with_injected_skips_match_torch(world, backend, worl
     with every guard intact (1000 over the three world sizes); besides them, about 4% of the
     draws are skipped by a random rank, and each such fault is raised on every other rank, after
     which reset() on every rank lets the soak go on."""
-    results = world.run(F.soak, world_size, backend, 20_000 + world_size, count, 0.04, 0.3)
+    results = world.run(F.soak, world_size, backend, 20_000 + world_size, count, 0.04, 0.5)
     assert all(stats["calls"] == count for stats in results), results
     faults = results[0].get("faults", 0)
     assert faults > 0, "no fault was injected"

@@ -160,7 +160,7 @@ def _look(got, epoch, is_flag, real):
 
 @gluon.jit
 def _await(ctx, flags, sync, epoch, FLAGS: gl.constexpr):
-    """Bounded wait until every rank's local ``flags[r]`` has reached ``epoch``; True if they did.
+    """Bounded wait until every rank's local ``flags[r]`` has reached ``epoch``: (they did, a peer gave up).
 
     One poll reads every rank's flag and every rank's ``abandon`` flag at once (2 * FLAGS lanes).
     It stops early when a peer has given up or this rank's context holds an error; a peer's
@@ -189,20 +189,29 @@ def _await(ctx, flags, sync, epoch, FLAGS: gl.constexpr):
             waited = mops.clock_ns() - start
         if (done == 0) & healthy & (quit == 0):  # the deadline: give up on the missing ranks
             missing = is_flag & real & (got < epoch)
-            never = gl.full([2 * FLAGS], _NEVER, gl.int64, got.type.layout)
-            old = ctx.atomic_cas(ptrs, gl.where(missing, got, never), gl.where(missing, 0 - epoch + got * 0, never), ctx.rank, sem="acq_rel", scope="sys")
+            old = ctx.atomic_cas(ptrs, gl.where(missing, got, _NEVER), gl.where(missing, got * 0 - epoch, _NEVER), ctx.rank,
+                                 sem="acq_rel", scope="sys")  # fmt: skip
             late = missing & (old < epoch)  # still missing (or already marked by another program)
             if _any(late):
                 peer = _first(late, r, 2 * FLAGS)
                 mops.record_error(ctx.context_ptr, _TIMEOUT, _offset(ctx, flags + peer), epoch, peer, waited)
             done = _any(late) == 0  # every missing rank arrived just before the mark
-    if quit:  # a peer gave up: stop too, naming it and the first rank this rank still waited for
+    if quit & (done == 0):  # a peer gave up while this rank waited: stop too, naming it and the first rank missing
         peer = _first((is_flag == 0) & real & (got != 0), r, 2 * FLAGS)
         missing = is_flag & real & (got < epoch)
         first_missing = gl.where(_any(missing), _first(missing, r, 2 * FLAGS), -1)
         mops.record_error(ctx.context_ptr, _ABANDONED, _offset(ctx, flags + gl.maximum(first_missing, 0)), epoch, peer,
                           first_missing)  # fmt: skip
-    return done & (quit == 0) & mops.healthy(ctx.context_ptr)
+    return done & mops.healthy(ctx.context_ptr), quit
+
+
+@gluon.jit
+def _abandoned(ctx, flags, sync, epoch, FLAGS: gl.constexpr):
+    """Every rank arrived, but a peer gave up (its abandon flag): record it, naming that peer."""
+    r = _lanes(ctx, FLAGS)
+    gave = _real(ctx, FLAGS) & (_poll(ctx, _abandon(sync, FLAGS) + r) != 0)
+    peer = _first(gave, r, FLAGS)
+    mops.record_error(ctx.context_ptr, _ABANDONED, _offset(ctx, _abandon(sync, FLAGS) + peer), epoch, peer, -1)
 
 
 @gluon.jit
@@ -247,9 +256,14 @@ def _enter(ctx, sync, code, numel, off_a, off_b, FLAGS: gl.constexpr):
             img.barrier()  # the description is written before the entry flag releases it
             go = _arrive(ctx, _entry(sync, FLAGS), sync, epoch, FLAGS)
         if go:
-            go = _await(ctx, _entry(sync, FLAGS), sync, epoch, FLAGS)
-        if go:
-            go = _agree(ctx, sync, epoch, code, numel, off_a, off_b, FLAGS)
+            go, quit = _await(ctx, _entry(sync, FLAGS), sync, epoch, FLAGS)
+            if go:
+                # Everyone arrived: compare first, so that a rank that looks late at a mismatch a
+                # peer already gave up on still reports the mismatch itself, not the give-up.
+                go = _agree(ctx, sync, epoch, code, numel, off_a, off_b, FLAGS)
+                if go & quit:
+                    _abandoned(ctx, _entry(sync, FLAGS), sync, epoch, FLAGS)
+                go = go & (quit == 0)
     return epoch, go
 
 
@@ -265,7 +279,10 @@ def _leave(ctx, sync, epoch, FLAGS: gl.constexpr):
         if ok:
             ok = _arrive(ctx, _exit(sync, FLAGS), sync, epoch, FLAGS)
         if ok:
-            ok = _await(ctx, _exit(sync, FLAGS), sync, epoch, FLAGS)
+            ok, quit = _await(ctx, _exit(sync, FLAGS), sync, epoch, FLAGS)
+            if ok & quit:
+                _abandoned(ctx, _exit(sync, FLAGS), sync, epoch, FLAGS)
+            ok = ok & (quit == 0)
         if ok == 0:
             _give_up(ctx, sync, epoch, FLAGS)
         gl.store(state, epoch * 0)

@@ -136,7 +136,7 @@ def _look(got, epoch, is_flag, real):
 
 @triton.jit
 def _await(ctx, flags, sync, epoch, FLAGS: tl.constexpr):
-    """Bounded wait until every rank's local ``flags[r]`` has reached ``epoch``; True if they did.
+    """Bounded wait until every rank's local ``flags[r]`` has reached ``epoch``: (they did, a peer gave up).
 
     One poll reads every rank's flag and every rank's ``abandon`` flag at once (2 * FLAGS lanes).
     It stops early when a peer has given up or this rank's context holds an error; a peer's
@@ -171,13 +171,22 @@ def _await(ctx, flags, sync, epoch, FLAGS: tl.constexpr):
                 peer = _first(late, r, 2 * FLAGS)
                 mops.record_error(ctx.context_ptr, _TIMEOUT, _offset(ctx, flags + peer), epoch, peer, waited)
             done = _any(late) == 0  # every missing rank arrived just before the mark
-    if quit:  # a peer gave up: stop too, naming it and the first rank this rank still waited for
+    if quit & (done == 0):  # a peer gave up while this rank waited: stop too, naming it and the first rank missing
         peer = _first((is_flag == 0) & real & (got != 0), r, 2 * FLAGS)
         missing = is_flag & real & (got < epoch)
         first_missing = tl.where(_any(missing), _first(missing, r, 2 * FLAGS), -1)
         mops.record_error(ctx.context_ptr, _ABANDONED, _offset(ctx, flags + tl.maximum(first_missing, 0)), epoch, peer,
                           first_missing)  # fmt: skip
-    return done & (quit == 0) & mops.healthy(ctx.context_ptr)
+    return done & mops.healthy(ctx.context_ptr), quit
+
+
+@triton.jit
+def _abandoned(ctx, flags, sync, epoch, FLAGS: tl.constexpr):
+    """Every rank arrived, but a peer gave up (its abandon flag): record it, naming that peer."""
+    r = _lanes(ctx, FLAGS)
+    gave = _real(ctx, FLAGS) & (tl.atomic_add(_abandon(sync, FLAGS) + r, 0, sem="acquire", scope="sys") != 0)
+    peer = _first(gave, r, FLAGS)
+    mops.record_error(ctx.context_ptr, _ABANDONED, _offset(ctx, _abandon(sync, FLAGS) + peer), epoch, peer, -1)
 
 
 @triton.jit
@@ -228,9 +237,14 @@ def _enter(ctx, sync, code, numel, off_a, off_b, FLAGS: tl.constexpr):
             tl.debug_barrier()  # the description is written before the entry flag releases it
             go = _arrive(ctx, _entry(sync, FLAGS), sync, epoch, FLAGS)
         if go:
-            go = _await(ctx, _entry(sync, FLAGS), sync, epoch, FLAGS)
-        if go:
-            go = _agree(ctx, sync, epoch, code, numel, off_a, off_b, FLAGS)
+            go, quit = _await(ctx, _entry(sync, FLAGS), sync, epoch, FLAGS)
+            if go:
+                # Everyone arrived: compare first, so that a rank that looks late at a mismatch a
+                # peer already gave up on still reports the mismatch itself, not the give-up.
+                go = _agree(ctx, sync, epoch, code, numel, off_a, off_b, FLAGS)
+                if go & quit:
+                    _abandoned(ctx, _entry(sync, FLAGS), sync, epoch, FLAGS)
+                go = go & (quit == 0)
     return epoch, go
 
 
@@ -248,7 +262,10 @@ def _leave(ctx, sync, epoch, FLAGS: tl.constexpr):
         if ok:
             ok = _arrive(ctx, _exit(sync, FLAGS), sync, epoch, FLAGS)
         if ok:
-            ok = _await(ctx, _exit(sync, FLAGS), sync, epoch, FLAGS)
+            ok, quit = _await(ctx, _exit(sync, FLAGS), sync, epoch, FLAGS)
+            if ok & quit:
+                _abandoned(ctx, _exit(sync, FLAGS), sync, epoch, FLAGS)
+            ok = ok & (quit == 0)
         if ok == 0:
             _give_up(ctx, sync, epoch, FLAGS)
         tl.store(state, epoch * 0)

@@ -146,6 +146,12 @@ def translate_error(heap, error, name_of_epoch) -> Exception | None:
         )  # fmt: skip
     if error.code == abi.ERROR_COLLECTIVE_ABANDONED:
         name = name_of_epoch(error.value)
+        if error.peer == rank:  # its own flag: an earlier collective here failed and no reset() followed
+            return CollectiveAbandonedError(
+                f"{name} on rank {rank} did not run: an earlier collective on this rank failed (this rank gave "
+                f"up on it and told its peers), and iris.ccl.reset() has not run since. {after}",
+                collective=name, abandoned_by=rank, missing_rank=-1, rank=rank, offset=error.detail, value=error.value,
+            )  # fmt: skip
         if error.aux >= 0:  # this rank still waited for a rank when a peer's give-up reached it
             head = (f"{name} timed out on rank {rank}: rank {error.aux} did not reach it, and rank {error.peer} "
                     f"gave up on it first, so this rank stopped at once")  # fmt: skip

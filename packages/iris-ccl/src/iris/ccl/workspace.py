@@ -85,7 +85,10 @@ class Workspace:
         return int(self.state[1].item())
 
     def _translate(self, heap, error):
-        return protocol.translate_error(heap, error, self.name_of)
+        exc = protocol.translate_error(heap, error, self.name_of)
+        if exc is not None and self.broken is None:  # every error of the collectives poisons them until reset()
+            self.broken = f"an earlier error ({type(exc).__name__}: {str(exc).split('. ')[0]})"
+        return exc
 
     def staging(self, role: str, like: torch.Tensor) -> torch.Tensor:
         """A reserved buffer shaped like ``like`` for ``role`` ("in", "out"), grown on demand."""

@@ -85,12 +85,6 @@ def test_until_reset_every_collective_after_an_error_raises(world, backend, foll
         assert "reset()" in res["second"]["message"], res["second"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a rank's own abandon flag, left by its failed call until reset(), counts as a peer's give-up: "
-    "rank 0's next call raises CollectiveAbandonedError(abandoned_by=0) 'rank 0 gave up on it ... Rank 0 "
-    "raises the cause' on rank 0 itself (_triton_kernels._await: quit looks at every rank's abandon flag)",
-)
 def test_an_error_after_an_unreset_failure_names_another_rank_or_the_earlier_failure(world, backend):
     """The error of a call made without reset() after a failure does not blame the calling rank as
     the peer that gave up."""
@@ -99,27 +93,8 @@ def test_an_error_after_an_unreset_failure_names_another_rank_or_the_earlier_fai
         assert res["second"].get("abandoned_by", -1) != rank, f"rank {rank} blames itself: {res['second']}"
 
 
-_SLOW_REASON = (
-    "_triton_kernels._await, when every rank has arrived but a peer already gave up (it found the "
-    "mismatch first), records CollectiveAbandonedError without _enter ever comparing the descriptions "
-    "(_agree): the slow rank raises CollectiveAbandonedError, not the mismatch"
-)
-
-
 @interpreted
-@pytest.mark.parametrize(
-    "odd_call",
-    [
-        pytest.param(
-            "all_reduce",
-            marks=pytest.mark.xfail(strict=True, reason=_SLOW_REASON),
-        ),
-        pytest.param(
-            "barrier",
-            marks=pytest.mark.xfail(strict=True, reason=_SLOW_REASON),
-        ),
-    ],
-)
+@pytest.mark.parametrize("odd_call", ["all_reduce", "barrier"])
 def test_a_rank_slow_to_look_at_its_peers_still_raises_the_mismatch(world, backend, odd_call):
     """The last rank publishes its (mismatched) call, then is held 0.5 s before it looks at its
     peers, who meanwhile found the mismatch and gave up: it must still raise CollectiveMismatchError."""

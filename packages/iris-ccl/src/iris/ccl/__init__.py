@@ -12,7 +12,7 @@ from .collectives import AUTO_VARIANTS, all_gather, all_reduce, all_to_all, barr
 from .config import ALL_REDUCE_VARIANTS, BACKENDS, Config
 from .errors import CollectiveAbandonedError, CollectiveError, CollectiveMismatchError, CollectiveTimeoutError
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "ALL_REDUCE_VARIANTS",

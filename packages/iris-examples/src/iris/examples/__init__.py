@@ -11,6 +11,6 @@ from __future__ import annotations
 
 from .registry import EXAMPLES, Example
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = ["EXAMPLES", "Example", "__version__"]

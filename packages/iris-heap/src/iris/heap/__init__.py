@@ -24,7 +24,7 @@ from .errors import (
 from .device_errors import DeviceError, Watchdog
 from .heap import HeapStats, Reservation, SymmetricHeap, default_heap, init
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "ALIGNMENT",

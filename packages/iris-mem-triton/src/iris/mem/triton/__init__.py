@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import iris.heap as _heap
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 #: The ``heap.context`` layout (``iris.heap.CONTEXT_ABI_VERSION``) this code reads.
 CONTEXT_ABI_VERSION = 2

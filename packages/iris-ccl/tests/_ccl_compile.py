@@ -27,7 +27,9 @@ _REDUCE_FLAGS = {
 
 def _aligned(signature):
     return {
-        (i,): [["tt.divisibility", 16]] for i, (n, t) in enumerate(signature.items()) if t.startswith("*") or (t == "i32")
+        (i,): [["tt.divisibility", 16]]
+        for i, (n, t) in enumerate(signature.items())
+        if t.startswith("*") or (t == "i32")
     }
 
 

@@ -51,7 +51,9 @@ def _error_record(rank, world_size):
     heap.check_device_errors()  # nothing recorded: no error
     heap.wait_timeout = 2.0
     _write_record(heap, abi.ERROR_WAIT_TIMEOUT, heap.offset(flag) + 8, 3, -1, 2_100_000_000)
-    with pytest.raises(iris.heap.WaitTimeoutError, match=rf"rank {rank}: a device-side wait gave up after 2.1 s") as info:
+    with pytest.raises(
+        iris.heap.WaitTimeoutError, match=rf"rank {rank}: a device-side wait gave up after 2.1 s"
+    ) as info:
         heap.check_device_errors()
     assert "byte 8 of the live torch.int32[4]" in str(info.value) and "still held 3" in str(info.value)
     assert isinstance(info.value, TimeoutError) and info.value.offset == heap.offset(flag) + 8

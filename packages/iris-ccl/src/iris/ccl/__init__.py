@@ -8,15 +8,44 @@
 
 from __future__ import annotations
 
-from .collectives import AUTO_VARIANTS, all_gather, all_reduce, all_to_all, barrier, broadcast, reduce_scatter, reset
-from .config import ALL_REDUCE_VARIANTS, BACKENDS, Config
-from .errors import CollectiveAbandonedError, CollectiveError, CollectiveMismatchError, CollectiveTimeoutError
+import iris.heap as _heap
 
 __version__ = "0.2.0"
+
+#: The ``heap.context`` layout (``iris.heap.CONTEXT_ABI_VERSION``) this code reads: the collectives'
+#: error codes and their record words.
+CONTEXT_ABI_VERSION = 2
+
+# Before the submodules: they read the layout's names, which an older iris-heap lacks.
+if _heap.CONTEXT_ABI_VERSION != CONTEXT_ABI_VERSION:
+    raise ImportError(
+        f"iris.ccl {__version__} reads device-context ABI version {CONTEXT_ABI_VERSION}, but the "
+        f"installed iris-heap provides version {_heap.CONTEXT_ABI_VERSION}; install an iris-heap release "
+        "within iris-ccl's declared range"
+    )
+
+from .collectives import (  # noqa: E402
+    AUTO_VARIANTS,
+    all_gather,
+    all_reduce,
+    all_to_all,
+    barrier,
+    broadcast,
+    reduce_scatter,
+    reset,
+)
+from .config import ALL_REDUCE_VARIANTS, BACKENDS, Config  # noqa: E402
+from .errors import (  # noqa: E402
+    CollectiveAbandonedError,
+    CollectiveError,
+    CollectiveMismatchError,
+    CollectiveTimeoutError,
+)
 
 __all__ = [
     "ALL_REDUCE_VARIANTS",
     "BACKENDS",
+    "CONTEXT_ABI_VERSION",
     "CollectiveAbandonedError",
     "CollectiveError",
     "CollectiveMismatchError",

@@ -23,7 +23,6 @@ __all__ = ["barrier_kernel", "one_shot_kernel", "reduce_kernel", "gather_kernel"
 
 #: Bytes one thread moves per vector access (as ``iris.mem.gluon.blocked_layout``).
 _VECTOR_BYTES = 16
-_EXT_WAIT_TIMEOUT_NS = gl.constexpr(abi.BASES_INDEX + abi.EXT_WAIT_TIMEOUT_NS)  # + world_size
 _TIMEOUT = gl.constexpr(abi.ERROR_COLLECTIVE_TIMEOUT)
 _MISMATCH = gl.constexpr(abi.ERROR_COLLECTIVE_MISMATCH)
 _ABANDONED = gl.constexpr(abi.ERROR_COLLECTIVE_ABANDONED)
@@ -138,7 +137,9 @@ def _arrive(ctx, flags, sync, value, FLAGS: gl.constexpr):
     ok = _any(marked) == 0
     if ok == 0:
         peer = _first(marked, r, FLAGS)
-        mops.record_error(ctx.context_ptr, _ABANDONED, _offset(ctx, flags + ctx.rank), -_first(marked, old, FLAGS), peer, -1)
+        mops.record_error(
+            ctx.context_ptr, _ABANDONED, _offset(ctx, flags + ctx.rank), -_first(marked, old, FLAGS), peer, -1
+        )
     return ok
 
 
@@ -178,7 +179,7 @@ def _await(ctx, flags, sync, epoch, FLAGS: gl.constexpr):
     got = _poll(ctx, ptrs)
     done, quit = _look(got, epoch, is_flag, real)
     if (done == 0) & (quit == 0):  # not there yet: wait, with the clock running
-        timeout = gl.load(ctx.context_ptr + _EXT_WAIT_TIMEOUT_NS + ctx.world_size)
+        timeout = mops.wait_timeout_ns(ctx.context_ptr)
         start = mops.clock_ns()
         healthy = mops.healthy(ctx.context_ptr)
         waited = mops.clock_ns() - start
@@ -231,7 +232,11 @@ def _agree(ctx, sync, epoch, code, numel, off_a, off_b, FLAGS: gl.constexpr):
     if ok == 0:
         field = gl.where(c != code, 0, gl.where(n != numel, 1, gl.where(a != off_a, 2, 3)))
         theirs = gl.where(field == 0, c, gl.where(field == 1, n, gl.where(field == 2, a, b)))
-        ours = gl.where(field == 0, code + c * 0, gl.where(field == 1, numel + c * 0, gl.where(field == 2, off_a + c * 0, off_b + c * 0)))
+        ours = gl.where(
+            field == 0,
+            code + c * 0,
+            gl.where(field == 1, numel + c * 0, gl.where(field == 2, off_a + c * 0, off_b + c * 0)),
+        )
         peer = _first(differs, lanes, FLAGS)
         mops.record_error(
             ctx.context_ptr, _MISMATCH, _first(differs, field, FLAGS), _first(differs, ours, FLAGS), peer,

@@ -28,7 +28,6 @@ from iris.mem.triton import ops as mops
 
 __all__ = ["barrier_kernel", "one_shot_kernel", "reduce_kernel", "gather_kernel", "push_kernel"]
 
-_EXT_WAIT_TIMEOUT_NS = tl.constexpr(abi.BASES_INDEX + abi.EXT_WAIT_TIMEOUT_NS)  # + world_size
 _TIMEOUT = tl.constexpr(abi.ERROR_COLLECTIVE_TIMEOUT)
 _MISMATCH = tl.constexpr(abi.ERROR_COLLECTIVE_MISMATCH)
 _ABANDONED = tl.constexpr(abi.ERROR_COLLECTIVE_ABANDONED)
@@ -114,7 +113,9 @@ def _arrive(ctx, flags, sync, value, FLAGS: tl.constexpr):
     ok = _any(marked) == 0
     if ok == 0:
         peer = _first(marked, r, FLAGS)
-        mops.record_error(ctx.context_ptr, _ABANDONED, _offset(ctx, flags + ctx.rank), -_first(marked, old, FLAGS), peer, -1)
+        mops.record_error(
+            ctx.context_ptr, _ABANDONED, _offset(ctx, flags + ctx.rank), -_first(marked, old, FLAGS), peer, -1
+        )
     return ok
 
 
@@ -154,7 +155,7 @@ def _await(ctx, flags, sync, epoch, FLAGS: tl.constexpr):
     got = tl.atomic_add(ptrs, 0, sem="acquire", scope="sys")
     done, quit = _look(got, epoch, is_flag, real)
     if (done == 0) & (quit == 0):  # not there yet: wait, with the clock running
-        timeout = tl.load(ctx.context_ptr + _EXT_WAIT_TIMEOUT_NS + ctx.world_size)
+        timeout = mops.wait_timeout_ns(ctx.context_ptr)
         start = mops.clock_ns()
         healthy = mops.healthy(ctx.context_ptr)
         waited = mops.clock_ns() - start
@@ -165,7 +166,9 @@ def _await(ctx, flags, sync, epoch, FLAGS: tl.constexpr):
             waited = mops.clock_ns() - start
         if (done == 0) & healthy & (quit == 0):  # the deadline: give up on the missing ranks
             missing = is_flag & real & (got < epoch)
-            old = tl.atomic_cas(ptrs, tl.where(missing, got, _NEVER), tl.where(missing, -epoch, _NEVER), sem="acq_rel", scope="sys")
+            old = tl.atomic_cas(
+                ptrs, tl.where(missing, got, _NEVER), tl.where(missing, -epoch, _NEVER), sem="acq_rel", scope="sys"
+            )
             late = missing & (old < epoch)  # still missing (or already marked by another program)
             if _any(late):
                 peer = _first(late, r, 2 * FLAGS)

@@ -82,7 +82,9 @@ def _check_tensor(t, name: str, heap) -> None:
             f"tensor must have fewer than 2**31 (split it into several collectives)"
         )
     if t.element_size() not in _WORDS:
-        raise TypeError(f"{name} has {t.element_size()}-byte elements ({t.dtype}); the collectives move 1, 2, 4, 8 or 16-byte elements")
+        raise TypeError(
+            f"{name} has {t.element_size()}-byte elements ({t.dtype}); the collectives move 1, 2, 4, 8 or 16-byte elements"
+        )
 
 
 def _check_op(op: str, dtype: torch.dtype) -> int:

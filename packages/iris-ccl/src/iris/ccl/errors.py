@@ -49,7 +49,9 @@ class CollectiveAbandonedError(CollectiveTimeoutError):
     """
 
     def __init__(self, message, *, collective="", abandoned_by=-1, missing_rank=-1, rank=-1, offset=-1, value=0):
-        super().__init__(message, collective=collective, missing_rank=missing_rank, rank=rank, offset=offset, value=value)
+        super().__init__(
+            message, collective=collective, missing_rank=missing_rank, rank=rank, offset=offset, value=value
+        )
         self.abandoned_by = abandoned_by
 
 

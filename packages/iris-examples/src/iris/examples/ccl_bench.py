@@ -266,7 +266,9 @@ def rank_main(args: argparse.Namespace) -> dict:
                     coll, _, variant = name.partition(":")
                     # checked once against torch (blocking: raises at once)
                     x.copy_(_input(rank, n, dev))
-                    _calls(x, out, part, n, ccl.Config(variant=variant or "auto", backend=args.backend, blocking=True))[coll]()
+                    _calls(x, out, part, n, ccl.Config(variant=variant or "auto", backend=args.backend, blocking=True))[
+                        coll
+                    ]()
                     found = validation.compare(_result(coll, x, out, part, n), expected(coll, rank, w, n), rank=rank,
                                                what=f"{name} of {format_bytes(nbytes)} per rank")  # fmt: skip
                     mismatches += [found] if found is not None else []

@@ -12,6 +12,7 @@ from __future__ import annotations
 from . import context, testing
 from .allocator import ALIGNMENT
 from .context import CONTEXT_ABI_VERSION
+from .device_errors import DeviceError, Watchdog
 from .errors import (
     AsymmetricHeapError,
     DoubleFreeError,
@@ -21,7 +22,6 @@ from .errors import (
     NotOnHeapError,
     WaitTimeoutError,
 )
-from .device_errors import DeviceError, Watchdog
 from .heap import HeapStats, Reservation, SymmetricHeap, default_heap, init
 
 __version__ = "0.2.0"

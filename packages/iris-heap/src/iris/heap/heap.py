@@ -437,7 +437,9 @@ class SymmetricHeap(TensorFactories):
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
             raise TypeError(f"wait_timeout must be a number of seconds, got {seconds!r}")
         if not 0 < seconds <= _MAX_WAIT_TIMEOUT:  # also refuses NaN
-            raise ValueError(f"wait_timeout must be a positive number of seconds <= {_MAX_WAIT_TIMEOUT:g}, got {seconds!r}")
+            raise ValueError(
+                f"wait_timeout must be a positive number of seconds <= {_MAX_WAIT_TIMEOUT:g}, got {seconds!r}"
+            )
         self._check_open()
         self.context[abi.wait_timeout_index(self.world_size)] = max(1, round(seconds * 1e9))
         self._wait_timeout = float(seconds)

@@ -172,13 +172,14 @@ class _Launch:
         self.name = name
         self.k = _kernels(self.cfg.backend)
         self.ws: Workspace = workspace_of(heap)
-        if self.ws.broken is not None:
+        heap.check_device_errors()  # an error an earlier (asynchronous) collective left: raise it now, no sync
+        if self.ws.broken is not None:  # an error was raised before and reset() has not run since
             raise CollectiveError(
                 f"{name} on rank {heap.rank}: the collectives of this heap are in an unknown state after "
                 f"{self.ws.broken}; call iris.ccl.reset() on every rank first",
-                collective=name, rank=heap.rank,
-            )  # fmt: skip
-        heap.check_device_errors()  # an error an earlier (asynchronous) collective left: raise it now, no sync
+                collective=name,
+                rank=heap.rank,
+            )
         self.gpu = heap.device.type == "cuda"
         self.block = self.cfg.block_size or 4096
         self.warps = self.cfg.num_warps or (8 if self.gpu else 4)

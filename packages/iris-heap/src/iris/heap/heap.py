@@ -32,6 +32,10 @@ DEFAULT_WAIT_TIMEOUT = 60.0  # seconds; IRIS_WAIT_TIMEOUT overrides
 _MAX_WAIT_TIMEOUT = 1e9  # seconds (about 31 years): the bound in nanoseconds stays far inside int64
 
 _open: list[weakref.ref] = []  # every heap still open in this process, oldest first
+#: When a list (iris.heap.testing sets it around each task), every new heap is also appended here,
+#: a strong reference: the runner then closes exactly the heaps the task made, on every rank,
+#: even those one rank's traceback kept alive while another rank's were collected.
+_made: list | None = None
 
 
 @dataclass(frozen=True)
@@ -133,6 +137,8 @@ class SymmetricHeap(TensorFactories):
         self._closed = False
         self.wait_timeout = _env_wait_timeout()
         _open.append(weakref.ref(self))
+        if _made is not None:
+            _made.append(self)
 
     # -- lifetime ---------------------------------------------------------------------------
     def _check_open(self) -> None:

@@ -66,8 +66,7 @@ def _worker(rank: int, world_size: int, port: int, env: dict, tasks, results) ->
         task_id, payload = task
         try:
             fn, args = pickle.loads(payload)
-            value = fn(rank, world_size, *args)
-            _close_default_heap()
+            value = _run_task(fn, rank, world_size, args)
             results.put((task_id, rank, "ok", pickle.dumps(value)))
         except BaseException as e:  # noqa: BLE001 - everything goes back to the caller
             tb = traceback.format_exc()
@@ -80,14 +79,23 @@ def _worker(rank: int, world_size: int, port: int, env: dict, tasks, results) ->
     dist.destroy_process_group()
 
 
-def _close_default_heap() -> None:
-    """Close every heap the task left open (collective: every rank closes the same ones)."""
+def _run_task(fn, rank: int, world_size: int, args):
+    """``fn(rank, world_size, *args)``, then close every heap it made that is still open.
+
+    Closing is collective, so it must close the same heaps on every rank: the ones the task made
+    (tracked with strong references while it runs), not the ones that happen to be alive, since a
+    heap kept alive by one rank's traceback may already be gone on another.
+    """
     from . import heap
 
-    for ref in list(heap._open):
-        h = ref()
-        if h is not None:
-            h.close()
+    heap._made = made = []
+    try:
+        value = fn(rank, world_size, *args)
+    finally:
+        heap._made = None
+    for h in made:
+        h.close()  # idempotent: a heap the task closed itself is skipped
+    return value
 
 
 class World:

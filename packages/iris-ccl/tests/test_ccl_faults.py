@@ -182,14 +182,23 @@ def test_a_failure_inside_a_kernel_after_entry_cannot_skew_the_epochs(world, bac
 
 # -- 4. a rank killed during a collective ------------------------------------------------------------
 
+# On a GPU a killed process's kernels run on until the driver tears its context down, so the
+# victim "inside the wait" may still complete the collective with the rank that just sent the
+# signal (seen on the H200: the survivor returned without an error, correctly); the host cannot
+# arrange that the victim's kernel is still waiting when it dies.
+_cpu_only_kill = pytest.mark.skipif(
+    torch.cuda.is_available(),
+    reason="a GPU kernel outlives its killed process for a while: the moment cannot be arranged",
+)
+
 
 @pytest.mark.parametrize(
     "sig,moment,world_size",
     [
         (signal.SIGKILL, "before arriving", 2),
         (signal.SIGTERM, "before arriving", 3),
-        (signal.SIGKILL, "inside the wait", 2),
-        (signal.SIGTERM, "inside the wait", 2),
+        pytest.param(signal.SIGKILL, "inside the wait", 2, marks=_cpu_only_kill),
+        pytest.param(signal.SIGTERM, "inside the wait", 2, marks=_cpu_only_kill),
     ],
     ids=lambda v: v.name if isinstance(v, signal.Signals) else str(v).replace(" ", "-"),
 )

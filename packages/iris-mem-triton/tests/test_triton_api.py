@@ -1,6 +1,8 @@
 """The package surface: what it exports, its version, and the context ABI it checks."""
 
 import importlib
+import re
+from pathlib import Path
 
 import iris.heap
 import iris.mem.triton as imt
@@ -21,7 +23,8 @@ def test_context_has_every_operation_as_a_method():
 
 
 def test_version_and_context_abi():
-    assert imt.__version__ == "0.1.0"
+    pyproject = (Path(__file__).parents[1] / "pyproject.toml").read_text()
+    assert imt.__version__ == re.search(r'^version = "([^"]+)"', pyproject, re.M).group(1), "one version, two places"
     assert imt.CONTEXT_ABI_VERSION == iris.heap.CONTEXT_ABI_VERSION
 
 

@@ -13,15 +13,14 @@ __all__ = ["Transport", "exchange_or_raise"]
 class Transport(ABC):
     """Creates this rank's heap region and maps every peer's region (a collective constructor).
 
-    Subclasses set ``name`` (what ``iris.heap.init(transport=...)`` accepts), ``device_types``
+    Subclasses set ``name`` (what ``iris.heap.init(transport=...)`` accepts) and ``device_types``
     (the torch device types it serves; the first registered transport serving a type is its
-    ``"auto"`` choice) and ``spins_per_second`` (a rough rate of a device-side wait loop on
-    that device, used to turn ``heap.wait_timeout`` seconds into a spin bound).
+    ``"auto"`` choice). Device waits are bounded by the device's clock, so a transport says
+    nothing about how fast they spin.
     """
 
     name: ClassVar[str]
     device_types: ClassVar[tuple[str, ...]]
-    spins_per_second: ClassVar[float]
 
     def __init__(self, size: int, device: torch.device, control) -> None:
         self.size = size

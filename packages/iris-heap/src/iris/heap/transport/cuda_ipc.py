@@ -87,7 +87,6 @@ class _DeviceBytes:
 class CudaIpcTransport(Transport):
     name = "cuda-ipc"
     device_types = ("cuda",)
-    spins_per_second = 1_000_000.0  # a system-scope poll of a flag costs about a microsecond
 
     def __init__(self, size: int, device: torch.device, control) -> None:
         super().__init__(size, device, control)

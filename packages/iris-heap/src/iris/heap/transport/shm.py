@@ -67,7 +67,6 @@ def _address(mm: mmap.mmap) -> int:
 class ShmTransport(Transport):
     name = "shm"
     device_types = ("cpu",)
-    spins_per_second = 20_000.0  # an interpreted spin iteration costs tens of microseconds
 
     def __init__(self, size: int, device: torch.device, control) -> None:
         super().__init__(size, device, control)

@@ -440,12 +440,9 @@ def reset(*, heap=None) -> None:
     if heap.device.type == "cuda":
         torch.cuda.synchronize(heap.device)
     _drop_device_errors(heap)
-    heap._control.barrier()
-    ws = workspace_of(heap)
-    ws.reset()
-    if heap.device.type == "cuda":
-        torch.cuda.synchronize(heap.device)  # the zeros have landed before any rank signals again
-    heap._control.barrier()
+    heap.barrier()  # every rank's device work is done and its errors dropped
+    workspace_of(heap).reset()
+    heap.barrier()  # the zeros have landed on every rank before any rank signals again
 
 
 def _drop_device_errors(heap) -> None:

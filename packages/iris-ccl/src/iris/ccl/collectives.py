@@ -265,7 +265,8 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", *, heap=None, config: Conf
     if variant == "auto":
         variant = _auto_variant(heap.world_size, n * tensor.element_size())
     if n == 0:
-        return _barrier(run, "all_reduce")
+        _barrier(run, "all_reduce")
+        return tensor
     flat = tensor.reshape(-1)
     flags = {"OP": code, "W": heap.world_size, **_reduce_flags(tensor.dtype)}
     in_place = variant != "one_shot" and _on_heap(heap, tensor)
@@ -314,7 +315,8 @@ def all_gather(out: torch.Tensor, inp: torch.Tensor, *, heap=None, config: Confi
     run = _Launch(heap, config, "all_gather")
     n = inp.numel()
     if n == 0:
-        return _barrier(run, "all_gather")
+        _barrier(run, "all_gather")
+        return out
     fields = {"dtype": inp.dtype}
     if _on_heap(heap, out):  # push: read the input once, store it into every rank's out
         run.describe("all_gather", n, out, variant="push", on_heap=(True, _on_heap(heap, inp)), **fields)
@@ -324,7 +326,8 @@ def all_gather(out: torch.Tensor, inp: torch.Tensor, *, heap=None, config: Confi
         return out
     src = _staged_input(run, heap, inp)  # pull: every rank reads every rank's input
     run.describe("all_gather", n, src, variant="pull", on_heap=(False, src is inp), **fields)
-    src.copy_(inp) if src is not inp else None
+    if src is not inp:
+        src.copy_(inp)
     src, dst = _words(src), _words(out)
     m = src.numel()
     run.run(run.k.gather_kernel, m, src, dst, m, w * m, 0, 0, m, heap.rank, COUNT=w)
@@ -352,10 +355,12 @@ def reduce_scatter(
     run = _Launch(heap, config, "reduce_scatter")
     chunk = out.numel()
     if chunk == 0:
-        return _barrier(run, "reduce_scatter")
+        _barrier(run, "reduce_scatter")
+        return out
     src = _staged_input(run, heap, inp)
     run.describe("reduce_scatter", inp.numel(), src, op=op, dtype=inp.dtype, on_heap=(src is inp,))
-    src.copy_(inp) if src is not inp else None
+    if src is not inp:
+        src.copy_(inp)
     flags = {"OP": code, "W": w, **_reduce_flags(inp.dtype)}
     run.run(run.k.reduce_kernel, chunk, src.reshape(-1), out.reshape(-1), w * chunk, chunk,
             PUSH=False, DST_CHUNKED=False, **flags)  # fmt: skip
@@ -376,10 +381,12 @@ def all_to_all(out: torch.Tensor, inp: torch.Tensor, *, heap=None, config: Confi
     _check_disjoint(out, inp)
     run = _Launch(heap, config, "all_to_all")
     if inp.numel() == 0:
-        return _barrier(run, "all_to_all")
+        _barrier(run, "all_to_all")
+        return out
     src = _staged_input(run, heap, inp)
     run.describe("all_to_all", inp.numel(), src, dtype=inp.dtype, on_heap=(src is inp,))
-    src.copy_(inp) if src is not inp else None
+    if src is not inp:
+        src.copy_(inp)
     words = _words(src)
     c = words.numel() // w
     run.run(run.k.gather_kernel, c, words, _words(out), c, w * c, 0, heap.rank * c, c, heap.rank, COUNT=w)
@@ -396,7 +403,8 @@ def broadcast(tensor: torch.Tensor, src: int, *, heap=None, config: Config | Non
         raise ValueError(f"src rank {src} is out of range for world size {heap.world_size}")
     run = _Launch(heap, config, "broadcast")
     if tensor.numel() == 0:
-        return _barrier(run, "broadcast")
+        _barrier(run, "broadcast")
+        return tensor
     data = tensor if _on_heap(heap, tensor) else run.ws.staging("in", tensor)
     run.describe("broadcast", tensor.numel(), data, dtype=tensor.dtype, on_heap=(data is tensor,), src=src)
     if data is not tensor and heap.rank == src:
@@ -420,11 +428,10 @@ def barrier(*, heap=None, config: Config | None = None) -> None:
     _barrier(_Launch(heap, config, "barrier"), "barrier")
 
 
-def _barrier(run: _Launch, name: str):
+def _barrier(run: _Launch, name: str) -> None:
     """The barrier kernel, described as ``name`` (an empty collective still pairs up with its peers')."""
     run.describe(name, 0)
     run.run(run.k.barrier_kernel, 1, programs=1)
-    return None
 
 
 def reset(*, heap=None) -> None:

@@ -4,7 +4,8 @@
 
 Every rank issues the same calls (nothing waits for the device inside the loop); rank 0 prints
 the functions with the most own time, and every rank's host time per call next to a bare torch
-launch (``add_`` on one element) in the same process.
+launch (``add_`` on one element) in the same process, for a heap tensor (launched from its
+recorded plan after the first call) and for a plain tensor (staged: two copies around the kernel).
 """
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ def _rank(rank, world_size, calls, backend):
 
     heap = iris.heap.init(1 << 24)
     x = heap.randn(256)
+    plain = torch.randn(256, device=heap.device)
     cfg = ccl.Config(backend=backend)
     bare = torch.zeros(1, device=heap.device)
     for _ in range(20):
         ccl.all_reduce(x, config=cfg)
+        ccl.all_reduce(plain, config=cfg)
         bare.add_(1)
     heap.barrier()
 
@@ -41,6 +44,7 @@ def _rank(rank, world_size, calls, backend):
         return t / calls * 1e6
 
     ccl_us = loop(lambda: ccl.all_reduce(x, config=cfg))
+    plain_us = loop(lambda: ccl.all_reduce(plain, config=cfg))
     torch_us = loop(lambda: bare.add_(1))
     report = ""
     if rank == 0:
@@ -58,7 +62,7 @@ def _rank(rank, world_size, calls, backend):
         for _ in range(calls):
             ccl.all_reduce(x, config=cfg)
     heap.barrier()
-    return ccl_us, torch_us, report
+    return ccl_us, plain_us, torch_us, report
 
 
 def main() -> None:
@@ -73,10 +77,11 @@ def main() -> None:
 
     env = {} if torch.cuda.is_available() else {"TRITON_INTERPRET": "1"}  # CPU ranks: the interpreter
     results = run(_rank, args.ranks, args.calls, args.backend, env=env)
-    for r, (ccl_us, torch_us, _) in enumerate(results):
-        print(f"rank {r}: all_reduce 1 KiB {ccl_us:.1f} us/call, bare torch launch {torch_us:.1f} us/call, "
-              f"ratio {ccl_us / torch_us:.2f}")  # fmt: skip
-    print(results[0][2])
+    for r, (ccl_us, plain_us, torch_us, _) in enumerate(results):
+        print(f"rank {r}: all_reduce 1 KiB heap tensor {ccl_us:.1f} us/call ({ccl_us / torch_us:.2f}x), "
+              f"plain tensor {plain_us:.1f} us/call ({plain_us / torch_us:.2f}x), "
+              f"bare torch launch {torch_us:.1f} us/call")  # fmt: skip
+    print(results[0][3])
 
 
 if __name__ == "__main__":

@@ -14,13 +14,23 @@ tensor's dtype and whether its address is a multiple of 16, each integer's ``== 
 only reused where the JIT would pick the same one. Anything unexpected (an argument type not
 listed, a Triton whose compiled kernels launch differently) turns the shortcut off for that kernel
 and launches through the JIT, which is always correct.
+
+``bind`` goes one step further for a launch that will be repeated with the same arguments (the
+collectives' recorded plans): every argument is fixed, pointers as plain addresses, so a repeat
+costs the host one call of the compiled kernel's launcher (no ``data_ptr`` calls, no pointer
+queries to the driver, no launch hooks while none are installed).
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["launch"]
+try:
+    from triton import knobs as _knobs
+except ImportError:  # a Triton without knobs: its hooks cannot be checked (hooks_idle says False)
+    _knobs = None
+
+__all__ = ["launch", "bind", "Bound", "hooks_idle", "stream"]
 
 _compiled: dict = {}  # shape key -> (compiled kernel, constexpr values in signature order)
 _unsupported: set = set()  # kernels that always take the JIT path
@@ -64,7 +74,8 @@ def _constexpr_tail(kernel, nargs: int, constexprs: dict):
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what Triton's own launch asks torch
 
 
-def _stream(device_index: int) -> int:
+def stream(device_index: int) -> int:
+    """The raw handle of ``device_index``'s current stream (what Triton's own launch passes)."""
     if _raw_stream is not None:
         return _raw_stream(device_index)
     return torch.cuda.current_stream(device_index).cuda_stream
@@ -83,7 +94,7 @@ def launch(kernel, grid: tuple[int, ...], args: tuple, constexprs: dict, num_war
             if hit is not None:
                 compiled, tail = hit
                 try:
-                    compiled[(*grid, 1, 1)[:3]](*args, *tail, stream=_stream(device))
+                    compiled[(*grid, 1, 1)[:3]](*args, *tail, stream=stream(device))
                     return
                 except TypeError:  # this Triton's compiled kernels take their arguments differently
                     _unsupported.add(kernel)
@@ -96,3 +107,49 @@ def launch(kernel, grid: tuple[int, ...], args: tuple, constexprs: dict, num_war
                 _compiled[key] = (compiled, tail)
             return
     kernel[grid](*args, num_warps=num_warps, **constexprs)
+
+
+class Bound:
+    """One launch with every argument fixed: ``bound(stream)`` queues it on ``stream`` (a raw CUDA stream).
+
+    Calls the compiled kernel's launcher the way ``CompiledKernel.__getitem__``'s runner does
+    (Triton 3.6 .. 3.9), without launch metadata or hooks: use it only while ``hooks_idle()``.
+    """
+
+    __slots__ = ("compiled", "grid", "args")
+
+    def __init__(self, compiled, grid: tuple[int, int, int], args: tuple):
+        self.compiled, self.grid, self.args = compiled, grid, args
+
+    def __call__(self, stream: int) -> None:
+        c, (x, y, z) = self.compiled, self.grid
+        c.run(x, y, z, stream, c.function, c.packed_metadata, None, None, None, *self.args)
+
+
+def bind(kernel, grid: tuple[int, ...], args: tuple, constexprs: dict, num_warps: int) -> Bound | None:
+    """The launch that ``launch`` just made with these arguments, fixed for repeating; None when
+    it did not go through a compiled kernel (the JIT path) or this Triton's kernels lack what
+    ``Bound`` calls."""
+    try:
+        key = (kernel, grid, torch.cuda.current_device(), num_warps, tuple(constexprs.items()), _shape(args))
+    except TypeError:
+        return None
+    hit = _compiled.get(key)
+    if hit is None:
+        return None
+    compiled, tail = hit
+    if not all(hasattr(compiled, a) for a in ("run", "function", "packed_metadata")) or compiled.function is None:
+        return None
+    fixed = tuple(a.data_ptr() if isinstance(a, torch.Tensor) else a for a in args)
+    return Bound(compiled, (*grid, 1, 1)[:3], (*fixed, *tail))
+
+
+def hooks_idle() -> bool:
+    """Whether no launch hook is installed (a profiler such as proton installs them): ``Bound``
+    skips the hooks, so callers take the full launch path while any is there."""
+    if _knobs is None:
+        return False
+    for hook in (_knobs.runtime.launch_enter_hook, _knobs.runtime.launch_exit_hook):
+        if hook is not None and getattr(hook, "calls", True):
+            return False
+    return True

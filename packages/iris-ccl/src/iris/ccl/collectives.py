@@ -162,9 +162,13 @@ def _resident_per_sm(kernel, args, launch: dict, device: torch.device) -> int:
 
 
 class _Launch:
-    """One collective call: its checks before anything is published, its description, its launches."""
+    """One collective call: its checks before anything is published, its description, its launches.
 
-    def __init__(self, heap, config: Config | None, name: str):
+    With a ``key`` (``_call_key``) it also records its launches as a plan that later calls with
+    the same key launch again without any of this (``_replay``), unless the call stages a tensor.
+    """
+
+    def __init__(self, heap, config: Config | None, name: str, key=None, tensors: tuple = ()):
         self.heap = heap
         self.cfg = config if config is not None else _DEFAULT
         if not isinstance(self.cfg, Config):
@@ -172,19 +176,20 @@ class _Launch:
         self.name = name
         self.k = _kernels(self.cfg.backend)
         self.ws: Workspace = workspace_of(heap)
-        heap.check_device_errors()  # an error an earlier (asynchronous) collective left: raise it now, no sync
-        if self.ws.broken is not None:  # an error was raised before and reset() has not run since
-            raise CollectiveError(
-                f"{name} on rank {heap.rank}: the collectives of this heap are in an unknown state after "
-                f"{self.ws.broken}; call iris.ccl.reset() on every rank first",
-                collective=name,
-                rank=heap.rank,
-            )
+        _check_ready(heap, self.ws, name)
         self.gpu = heap.device.type == "cuda"
         self.block = self.cfg.block_size or 4096
         self.warps = self.cfg.num_warps or (8 if self.gpu else 4)
         self.flags = self.ws.flags
         self.desc = (0, 0, -1, -1)
+        self.key = key
+        self.plan = _Plan(name, self.gpu) if key is not None else None
+        self.tensors = tensors
+
+    def staging(self, role: str, like: torch.Tensor) -> torch.Tensor:
+        """``ws.staging``; a call that stages is not recorded as a plan (its copies are its own)."""
+        self.plan = None
+        return self.ws.staging(role, like)
 
     def describe(self, kind: str, numel: int, a=None, b=None, **fields) -> None:
         """This call's description (``iris.ccl.protocol``); ``a``/``b``: the buffers peers access."""
@@ -223,6 +228,12 @@ class _Launch:
             # one after another): the epochs can no longer be trusted until a reset.
             ws.broken = f"a failure inside {self.name}'s launch ({type(e).__name__}: {e})"
             raise
+        if self.plan is not None:
+            self.plan.add(kernel, (p,), (*head, *args), launch, self.warps, self.tensors)
+            if self.plan.steps is None:
+                self.plan = None
+            else:
+                ws.keep_plan(self.key, self.plan, MAX_PLANS)
         if self.cfg.blocking:
             self.wait()
 
@@ -234,6 +245,128 @@ class _Launch:
                 return
             torch.cuda.current_stream(self.heap.device).synchronize()
         self.heap.check_device_errors()
+
+
+def _check_ready(heap, ws: Workspace, name: str) -> None:
+    """Raise what stops any collective on this heap before it publishes anything: an error an
+    earlier (asynchronous) collective recorded (read without a sync), or an error raised before
+    that ``reset()`` has not cleared."""
+    heap.check_device_errors()
+    if ws.broken is not None:
+        raise CollectiveError(
+            f"{name} on rank {heap.rank}: the collectives of this heap are in an unknown state after "
+            f"{ws.broken}; call iris.ccl.reset() on every rank first",
+            collective=name,
+            rank=heap.rank,
+        )
+
+
+# -- plans: a repeated call launches what the first one did ---------------------------------------
+
+
+class _Plan:
+    """The launches of one call, kept to launch again for the next call with the same key.
+
+    The key (``_call_key``) holds everything the call's checks and launches depended on: the
+    collective, its ``Config`` and scalars (op, src), the current device and, per tensor, its
+    address, shape, dtype, device, contiguity and whether it is on the heap. Calls with the same
+    key pass the same checks and launch the same kernels with the same arguments (addresses
+    included), so a plan skips straight to the launches, after the checks that may change between
+    calls (the heap is open, no device error is pending, the collectives are not broken).
+
+    Only calls whose launches touch nothing but the call's own tensors, the heap's context and the
+    sync block are recorded; a call that stages a tensor runs its copies and is planned each time.
+    On GPUs a step is a ``_launch.Bound`` (addresses fixed); on CPU ranks it is the kernel with the
+    call's tensors filled in again (``slots``), so the same plans run under the interpreter.
+    """
+
+    __slots__ = ("name", "gpu", "steps", "device")
+
+    def __init__(self, name: str, gpu: bool):
+        self.name, self.gpu = name, gpu
+        self.steps: list | None = []
+        self.device = torch.cuda.current_device() if gpu else -1
+
+    def add(self, kernel, grid, args, launch, warps, tensors) -> None:
+        """Record a launch just made (``steps`` becomes None when it cannot be repeated as is)."""
+        if self.steps is None:
+            return
+        if self.gpu:
+            step = _launch.bind(kernel, grid, args, launch, warps) if DIRECT_LAUNCH else None
+        else:
+            step = _slotted(kernel, grid, args, launch, warps, tensors)
+        if step is None:
+            self.steps = None
+        else:
+            self.steps.append(step)
+
+    def launch(self, tensors: tuple) -> None:
+        if self.gpu:
+            stream = _launch.stream(self.device)
+            for bound in self.steps:
+                bound(stream)
+        else:
+            for kernel, grid, args, launch, warps in self.steps:
+                filled = [tensors[a[1]].reshape(-1).view(a[2]) if type(a) is tuple else a for a in args]
+                kernel[grid](*filled, num_warps=warps, **launch)
+
+
+def _slotted(kernel, grid, args, launch, warps, tensors):
+    """A CPU step: each argument that views one of the call's tensors (flat, maybe as words)
+    becomes ``("slot", index, dtype)``; other tensors (context, sync block) are the heap's own."""
+    out = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            owner = [i for i, t in enumerate(tensors) if t.data_ptr() == a.data_ptr()]
+            if owner:
+                t = tensors[owner[0]]
+                if a.dim() != 1 or a.numel() * a.element_size() != t.numel() * t.element_size():
+                    return None
+                a = ("slot", owner[0], a.dtype)
+        out.append(a)
+    return kernel, grid, tuple(out), launch, warps
+
+
+#: Plans kept per heap (the oldest is dropped first).
+MAX_PLANS = 256
+
+
+def _call_key(heap, name: str, config, scalars: tuple, tensors: tuple):
+    """What a call's plan depends on (``_Plan``); None for a call that is never planned (a
+    blocking config, launch hooks installed, the JIT path forced, or arguments the full path
+    must reject)."""
+    cfg = _DEFAULT if config is None else config
+    if type(cfg) is not Config or cfg.blocking:
+        return None
+    gpu = heap.device.type == "cuda"
+    if gpu and not (DIRECT_LAUNCH and _launch.hooks_idle()):
+        return None
+    try:
+        parts = [(t.data_ptr(), t.shape, t.dtype, t.device, t.is_contiguous(), heap.is_symmetric(t)) for t in tensors]
+    except (AttributeError, TypeError):  # not tensors: the full path says what is wrong
+        return None
+    return (name, cfg, scalars, torch.cuda.current_device() if gpu else -1, *parts)
+
+
+def _replay(heap, key, tensors: tuple) -> bool:
+    """Launch the plan recorded for ``key``, if there is one."""
+    if key is None:
+        return False
+    ws = workspace_of(heap)
+    try:
+        plan = ws.plans.get(key)
+    except TypeError:  # an unhashable scalar (op, src): the full path rejects it
+        return False
+    if plan is None:
+        return False
+    _check_ready(heap, ws, plan.name)
+    ws.record(plan.name)
+    try:
+        plan.launch(tensors)
+    except BaseException as e:
+        ws.broken = f"a failure inside {plan.name}'s launch ({type(e).__name__}: {e})"
+        raise
+    return True
 
 
 def _reduce_flags(dtype: torch.dtype) -> dict:
@@ -257,9 +390,12 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", *, heap=None, config: Conf
     Asynchronous: returns once the work is queued (``Config(blocking=True)`` waits).
     """
     heap = _heap(heap)
+    key = _call_key(heap, "all_reduce", config, (op,), (tensor,))
+    if _replay(heap, key, (tensor,)):
+        return tensor
     _check_tensor(tensor, "tensor", heap)
     code = _check_op(op, tensor.dtype)
-    run = _Launch(heap, config, "all_reduce")
+    run = _Launch(heap, config, "all_reduce", key, (tensor,))
     variant = run.cfg.variant
     n = tensor.numel()
     if variant == "auto":
@@ -270,8 +406,8 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", *, heap=None, config: Conf
     flat = tensor.reshape(-1)
     flags = {"OP": code, "W": heap.world_size, **_reduce_flags(tensor.dtype)}
     in_place = variant != "one_shot" and _on_heap(heap, tensor)
-    buf = flat if in_place else run.ws.staging("in", flat)
-    mid = run.ws.staging("out", flat) if variant == "rs_ag" else None
+    buf = flat if in_place else run.staging("in", flat)
+    mid = run.staging("out", flat) if variant == "rs_ag" else None
     run.describe("all_reduce", n, buf, mid, variant=variant, op=op, dtype=tensor.dtype, on_heap=(in_place,))
     if not in_place:
         buf.copy_(flat)
@@ -302,6 +438,9 @@ def all_gather(out: torch.Tensor, inp: torch.Tensor, *, heap=None, config: Confi
     every rank reads every rank's input into its own ``out``.
     """
     heap = _heap(heap)
+    key = _call_key(heap, "all_gather", config, (), (out, inp))
+    if _replay(heap, key, (out, inp)):
+        return out
     _check_tensor(out, "out", heap)
     _check_tensor(inp, "inp", heap)
     _check_same_dtype(out, inp)
@@ -312,7 +451,7 @@ def all_gather(out: torch.Tensor, inp: torch.Tensor, *, heap=None, config: Confi
             f"all_gather: out must have shape {cat} (or {(w, *inp.shape)}) for inp of shape {tuple(inp.shape)} and world size {w}; got {tuple(out.shape)}"
         )
     _check_disjoint(out, inp)
-    run = _Launch(heap, config, "all_gather")
+    run = _Launch(heap, config, "all_gather", key, (out, inp))
     n = inp.numel()
     if n == 0:
         _barrier(run, "all_gather")
@@ -339,6 +478,9 @@ def reduce_scatter(
 ) -> torch.Tensor:
     """``out`` = ``op`` over ranks of chunk ``rank`` of ``inp`` (``inp`` is W equal chunks along dim 0)."""
     heap = _heap(heap)
+    key = _call_key(heap, "reduce_scatter", config, (op,), (out, inp))
+    if _replay(heap, key, (out, inp)):
+        return out
     _check_tensor(out, "out", heap)
     _check_tensor(inp, "inp", heap)
     _check_same_dtype(out, inp)
@@ -352,7 +494,7 @@ def reduce_scatter(
             f"reduce_scatter: out must have shape {chunk_shape} for inp of shape {tuple(inp.shape)} and world size {w}; got {tuple(out.shape)}"
         )
     _check_disjoint(out, inp)
-    run = _Launch(heap, config, "reduce_scatter")
+    run = _Launch(heap, config, "reduce_scatter", key, (out, inp))
     chunk = out.numel()
     if chunk == 0:
         _barrier(run, "reduce_scatter")
@@ -370,6 +512,9 @@ def reduce_scatter(
 def all_to_all(out: torch.Tensor, inp: torch.Tensor, *, heap=None, config: Config | None = None) -> torch.Tensor:
     """Chunk j of ``inp`` goes to rank j; chunk i of ``out`` came from rank i (W equal chunks along dim 0)."""
     heap = _heap(heap)
+    key = _call_key(heap, "all_to_all", config, (), (out, inp))
+    if _replay(heap, key, (out, inp)):
+        return out
     _check_tensor(out, "out", heap)
     _check_tensor(inp, "inp", heap)
     _check_same_dtype(out, inp)
@@ -379,7 +524,7 @@ def all_to_all(out: torch.Tensor, inp: torch.Tensor, *, heap=None, config: Confi
     if out.shape != inp.shape:
         raise ValueError(f"all_to_all: out must have inp's shape {tuple(inp.shape)}; got {tuple(out.shape)}")
     _check_disjoint(out, inp)
-    run = _Launch(heap, config, "all_to_all")
+    run = _Launch(heap, config, "all_to_all", key, (out, inp))
     if inp.numel() == 0:
         _barrier(run, "all_to_all")
         return out
@@ -396,16 +541,19 @@ def all_to_all(out: torch.Tensor, inp: torch.Tensor, *, heap=None, config: Confi
 def broadcast(tensor: torch.Tensor, src: int, *, heap=None, config: Config | None = None) -> torch.Tensor:
     """In place: every rank's ``tensor`` becomes rank ``src``'s."""
     heap = _heap(heap)
+    key = _call_key(heap, "broadcast", config, (src, type(src)), (tensor,))
+    if _replay(heap, key, (tensor,)):
+        return tensor
     _check_tensor(tensor, "tensor", heap)
     if isinstance(src, bool) or not isinstance(src, int):
         raise TypeError(f"src must be an int rank, got {src!r}")
     if not 0 <= src < heap.world_size:
         raise ValueError(f"src rank {src} is out of range for world size {heap.world_size}")
-    run = _Launch(heap, config, "broadcast")
+    run = _Launch(heap, config, "broadcast", key, (tensor,))
     if tensor.numel() == 0:
         _barrier(run, "broadcast")
         return tensor
-    data = tensor if _on_heap(heap, tensor) else run.ws.staging("in", tensor)
+    data = tensor if _on_heap(heap, tensor) else run.staging("in", tensor)
     run.describe("broadcast", tensor.numel(), data, dtype=tensor.dtype, on_heap=(data is tensor,), src=src)
     if data is not tensor and heap.rank == src:
         data.copy_(tensor)
@@ -425,7 +573,9 @@ def barrier(*, heap=None, config: Config | None = None) -> None:
     ``config`` apply.
     """
     heap = _heap(heap)
-    _barrier(_Launch(heap, config, "barrier"), "barrier")
+    key = _call_key(heap, "barrier", config, (), ())
+    if not _replay(heap, key, ()):
+        _barrier(_Launch(heap, config, "barrier", key), "barrier")
 
 
 def _barrier(run: _Launch, name: str) -> None:
@@ -465,4 +615,4 @@ def _staged_input(run: _Launch, heap, inp: torch.Tensor) -> torch.Tensor:
     """``inp`` itself if peers can read it (it is on the heap), else its staging buffer (not yet filled)."""
     if _on_heap(heap, inp):
         return inp
-    return run.ws.staging("in", inp)
+    return run.staging("in", inp)

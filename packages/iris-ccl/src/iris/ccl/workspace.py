@@ -61,6 +61,7 @@ class Workspace:
         self.history: collections.deque = collections.deque(maxlen=64)  # (host epoch, collective)
         self.broken: str | None = None  # set when a host failure interrupted a launch
         self._staging: dict[str, torch.Tensor] = {}
+        self.plans: dict = {}  # call key -> the launches it made (iris.ccl.collectives._Plan)
         self._names: list[str] = []
         self.ranks_per_device = _ranks_per_device(heap)
         gpu = heap.device.type == "cuda"
@@ -72,6 +73,13 @@ class Workspace:
     def record(self, name: str) -> None:
         self.launched += 1
         self.history.append((self.launched, name))
+
+    def keep_plan(self, key, plan, limit: int = 256) -> None:
+        """Keep ``plan`` for calls with ``key``; beyond ``limit`` plans the oldest is dropped."""
+        self.plans.pop(key, None)
+        while len(self.plans) >= limit:
+            del self.plans[next(iter(self.plans))]
+        self.plans[key] = plan
 
     def name_of(self, epoch: int) -> str:
         """The collective launched at ``epoch`` (as this host counted; CUDA graph replays are not)."""
@@ -128,6 +136,7 @@ class Workspace:
             self.heap.unreserve(name)
         self._names.clear()
         self._staging.clear()
+        self.plans.clear()
         self.launched = 0
         self.history.clear()
         self.broken = None

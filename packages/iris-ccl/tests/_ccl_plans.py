@@ -1,0 +1,151 @@
+"""Rank-side bodies of the plan tests (``test_ccl_plans.py``): repeated calls launch the plan the
+first call recorded (``iris.ccl.collectives._Plan``), and nothing a plan skips may change what a
+call does. Memory is guarded as in the fault suite (``_ccl_faults.Guarded``)."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from _ccl_cases import reference_reduce
+from _ccl_faults import HEAP_SIZE, QUIET, Guarded, cfg, raised, same, sample, settle, summary
+
+import iris.ccl as ccl
+import iris.heap
+from iris.ccl import collectives
+
+ROWS = 6  # rows per rank (dim 0 of every input is a multiple of the world size)
+
+
+def plans_of(heap) -> int:
+    return len(collectives.workspace_of(heap).plans)
+
+
+def _calls(mem: Guarded, rank: int, w: int, backend):
+    """Per collective: (name, fill(seed) -> expected, call); heap tensors only, so every call is planned."""
+    c = cfg(backend)
+    t = {
+        "ar": mem.heap_tensor(torch.zeros(ROWS * w, 3), "the all_reduce tensor"),
+        "ag_in": mem.heap_tensor(torch.zeros(ROWS, 3, dtype=torch.int32), "all_gather's inp"),
+        "ag_out": mem.heap_tensor(torch.zeros(ROWS * w, 3, dtype=torch.int32), "all_gather's out"),
+        "rs_in": mem.heap_tensor(torch.zeros(ROWS * w, 3), "reduce_scatter's inp"),
+        "rs_out": mem.heap_tensor(torch.zeros(ROWS, 3), "reduce_scatter's out"),
+        "a2a_in": mem.heap_tensor(torch.zeros(ROWS * w, 2, dtype=torch.float64), "all_to_all's inp"),
+        "a2a_out": mem.heap_tensor(torch.zeros(ROWS * w, 2, dtype=torch.float64), "all_to_all's out"),
+        "bc": mem.heap_tensor(torch.zeros(5, dtype=torch.complex128), "the broadcast tensor"),
+    }
+
+    def inputs(shape, dtype, seed):
+        return [sample(shape, dtype, seed, r) for r in range(w)]
+
+    def all_reduce(seed):
+        xs = inputs((ROWS * w, 3), torch.float32, seed)
+        t["ar"].copy_(xs[rank])
+        return lambda: ccl.all_reduce(t["ar"], op="max", config=c), lambda: same(t["ar"], reference_reduce(xs, "max"))
+
+    def all_gather(seed):
+        xs = inputs((ROWS, 3), torch.int32, seed)
+        t["ag_in"].copy_(xs[rank])
+        return lambda: ccl.all_gather(t["ag_out"], t["ag_in"], config=c), lambda: same(t["ag_out"], torch.cat(xs))
+
+    def reduce_scatter(seed):
+        xs = inputs((ROWS * w, 3), torch.float32, seed)
+        t["rs_in"].copy_(xs[rank])
+        want = reference_reduce(xs, "sum")[rank * ROWS : (rank + 1) * ROWS]
+        return lambda: ccl.reduce_scatter(t["rs_out"], t["rs_in"], config=c), lambda: same(t["rs_out"], want)
+
+    def all_to_all(seed):
+        xs = inputs((ROWS * w, 2), torch.float64, seed)
+        t["a2a_in"].copy_(xs[rank])
+        want = torch.cat([x[rank * ROWS : (rank + 1) * ROWS] for x in xs])
+        return lambda: ccl.all_to_all(t["a2a_out"], t["a2a_in"], config=c), lambda: same(t["a2a_out"], want)
+
+    def broadcast(seed):
+        xs = inputs((5,), torch.complex128, seed)
+        t["bc"].copy_(xs[rank])
+        src = (seed % 10) % w  # the round: the same src for the three calls of a round
+        return lambda: ccl.broadcast(t["bc"], src, config=c), lambda: same(t["bc"], xs[src])
+
+    return [all_reduce, all_gather, reduce_scatter, all_to_all, broadcast]
+
+
+def repeated(rank, world_size, backend):
+    """Each collective three times with new data in the same tensors: the first call records one
+    plan, the repeats add none, and every result is torch's. Then the same with tensors freed and
+    allocated again (same addresses), a plain tensor (staged: never planned), ``src=True`` where a
+    plan for ``src=1`` exists, and ``reset()`` (which drops every plan)."""
+    heap = iris.heap.init(HEAP_SIZE)
+    heap.wait_timeout = QUIET
+    ccl.barrier(config=cfg(backend))
+    out = {"plans": [], "wrong": []}
+    for round_ in range(2):  # the second round: every tensor freed and allocated again
+        mem = Guarded(heap)
+        for make in _calls(mem, rank, world_size, backend):
+            before = plans_of(heap)
+            for seed in range(3):
+                call, check = make(10 * seed + round_)
+                call()
+                settle(heap)
+                if not check():
+                    out["wrong"].append(f"{make.__name__} call {seed} of round {round_}")
+                mem.assert_guards(rank, f"{make.__name__} call {seed}")
+            out["plans"].append((make.__name__, round_, plans_of(heap) - before))
+        mem.free()
+    # A plain tensor: staged on the heap and copied back each call; no plan.
+    mem = Guarded(heap)
+    xs = [sample((7,), torch.float32, 99, r) for r in range(world_size)]
+    y = mem.plain_tensor(xs[rank], "the plain tensor")
+    before = plans_of(heap)
+    for i in range(2):
+        y.copy_(xs[rank])
+        ccl.all_reduce(y, config=cfg(backend, variant="two_shot"))
+        settle(heap)
+        if not same(y, reference_reduce(xs, "sum")):
+            out["wrong"].append(f"plain all_reduce call {i}")
+    out["plain plans"] = plans_of(heap) - before
+    # A plan recorded for src=1 must not take src=True (the full path refuses a bool).
+    z = mem.heap_tensor(torch.arange(4.0), "the broadcast tensor")
+    if world_size > 1:
+        ccl.broadcast(z, 1, config=cfg(backend))
+    out["src=True"] = summary(raised(lambda: ccl.broadcast(z, True, config=cfg(backend))))
+    settle(heap)
+    mem.assert_guards(rank, "after the plain and broadcast calls")
+    ccl.reset()
+    out["after reset"] = plans_of(heap)
+    mem.free()
+    heap.check_symmetry()
+    return out
+
+
+def error_then_replay(rank, world_size, backend):
+    """A planned all_reduce, then an asynchronous mismatch (the last rank's tensor is longer); the
+    next call, which has a plan, raises the mismatch on every rank, the one after says to call
+    reset(), and after reset() the call (recorded afresh) is right again."""
+    heap = iris.heap.init(HEAP_SIZE)
+    heap.wait_timeout = QUIET
+    c = cfg(backend, variant="two_shot")
+    mem = Guarded(heap)
+    xs = [sample((12,), torch.float32, 5, r) for r in range(world_size)]
+    x = mem.heap_tensor(xs[rank], "the planned tensor")
+    odd = mem.heap_tensor(sample((12 + 4 * (rank == world_size - 1),), torch.float32, 6, rank), "the odd tensor")
+    ccl.all_reduce(x, config=c)
+    settle(heap)
+    planned = plans_of(heap)
+    mem.freeze()
+    ccl.all_reduce(odd, config=c)  # asynchronous: returns; the mismatch is recorded on the device
+    settle(heap)
+    first = raised(lambda: ccl.all_reduce(x, config=c))
+    second = raised(lambda: ccl.all_reduce(x, config=c))
+    settle(heap)
+    mem.assert_unchanged(rank, "after the mismatch and the calls that raised")
+    dist.barrier()
+    ccl.reset()
+    after_reset = plans_of(heap)
+    x.copy_(xs[rank])
+    ccl.all_reduce(x, config=c)
+    settle(heap)
+    right = same(x, reference_reduce(xs, "sum"))
+    mem.assert_guards(rank, "after reset() and the call")
+    mem.free()
+    heap.check_symmetry()
+    return {"planned": planned, "first": summary(first), "second": summary(second),
+            "after reset": after_reset, "right": right}  # fmt: skip

@@ -1,0 +1,33 @@
+"""Plans (``iris.ccl.collectives._Plan``): a call repeated with the same arguments launches what the
+first call recorded, without its checks and bookkeeping (the host time of a small collective).
+Nothing a plan skips may change a result, an error or the memory a call touches."""
+
+import _ccl_plans as P
+import pytest
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+def test_repeated_calls_launch_their_plan_and_stay_right(world, backend, world_size):
+    results = world.run(P.repeated, world_size, backend)
+    for rank, res in enumerate(results):
+        assert not res["wrong"], f"rank {rank}: results differ from torch's: {res['wrong']}"
+        for name, round_, added in res["plans"]:
+            # Round 1 allocates its tensors again, at the same addresses as round 0's when the
+            # allocator gives them (their plans then serve again) or at others (one new plan).
+            want = (1,) if round_ == 0 else (0, 1)
+            assert added in want, f"rank {rank}: {name} (round {round_}) added {added} plans over three calls"
+        assert res["plain plans"] == 0, f"rank {rank}: a staged (plain tensor) call was planned"
+        assert res["src=True"] is not None and res["src=True"]["type"] == "TypeError", f"rank {rank}: {res['src=True']}"
+        assert res["after reset"] == 0, f"rank {rank}: reset() kept {res['after reset']} plans"
+
+
+def test_a_planned_call_raises_a_pending_error_and_waits_for_reset(world, backend):
+    results = world.run(P.error_then_replay, 2, backend)
+    for rank, res in enumerate(results):
+        assert res["planned"] >= 1, f"rank {rank}: the first call recorded no plan"
+        assert res["first"] is not None and res["first"]["type"] in (
+            "CollectiveMismatchError",
+            "CollectiveAbandonedError",  # the race iris.ccl.protocol describes; never a return
+        ), f"rank {rank}: {res['first']}"
+        assert res["second"] is not None and "reset()" in res["second"]["message"], f"rank {rank}: {res['second']}"
+        assert res["after reset"] == 0 and res["right"], f"rank {rank}: {res}"

@@ -99,6 +99,54 @@ def check_all(rank, world_size, backend):
     return digest.hexdigest()
 
 
+def channels_last(rank, world_size, backend):
+    """Every collective on channels_last (4-D) and channels_last_3d (5-D) tensors, on and off the
+    heap, against torch on the same logical values; mixed layouts between out and inp are refused."""
+    heap = iris.heap.init(1 << 22)
+    w, dev = world_size, heap.device
+    cfg = ccl.Config(block_size=BLOCK, num_programs=2, backend=backend)
+    refused = 0
+    for shape, fmt in (((2, 3, 2, 5), torch.channels_last), ((2, 3, 2, 2, 3), torch.channels_last_3d)):
+        def put(t, on_heap):
+            placed = place(heap, t, on_heap)  # contiguous; the same values laid out channels-last:
+            strided = torch.empty_like(placed.cpu(), memory_format=fmt).stride()
+            view = (heap.empty(placed.numel(), dtype=t.dtype) if on_heap else torch.empty(placed.numel(), dtype=t.dtype, device=dev))
+            view = view.as_strided(placed.shape, strided)
+            view.copy_(placed)
+            assert view.is_contiguous(memory_format=fmt) and not view.is_contiguous()
+            return view
+
+        for on_heap in (True, False):
+            seed = 100 + on_heap
+            inputs = [make(r, shape, torch.float32, seed) for r in range(w)]
+            for variant in VARIANTS:
+                t = put(inputs[rank], on_heap)
+                ccl.all_reduce(t, config=ccl.Config(variant=variant, block_size=BLOCK, num_programs=2, backend=backend))
+                _check(t, reference_reduce(inputs, "sum"), f"all_reduce {variant} {fmt} heap={on_heap}")
+            out = put(torch.zeros((w * shape[0], *shape[1:])), on_heap)
+            ccl.all_gather(out, put(inputs[rank], on_heap), config=cfg)
+            _check(out, torch.cat(inputs), f"all_gather {fmt} heap={on_heap}")
+            chunks = [make(r, (w * shape[0], *shape[1:]), torch.float32, seed + 7) for r in range(w)]
+            out = put(torch.zeros(shape), on_heap)
+            ccl.reduce_scatter(out, put(chunks[rank], on_heap), config=cfg)
+            _check(out, reference_reduce([c.chunk(w)[rank] for c in chunks], "sum"), f"reduce_scatter {fmt}")
+            out = put(torch.zeros_like(chunks[rank]), on_heap)
+            ccl.all_to_all(out, put(chunks[rank], on_heap), config=cfg)
+            _check(out, torch.cat([c.chunk(w)[rank] for c in chunks]), f"all_to_all {fmt} heap={on_heap}")
+            t = put(inputs[rank], on_heap)
+            ccl.broadcast(t, w - 1, config=cfg)
+            _check(t, inputs[w - 1], f"broadcast {fmt} heap={on_heap}")
+        # out in another layout than inp: refused before anything is published
+        try:
+            ccl.all_gather(torch.zeros((w * shape[0], *shape[1:]), device=dev), put(inputs[rank], True), config=cfg)
+        except ValueError as e:
+            refused += "lay their elements out alike" in str(e)
+    ccl.barrier()
+    heap.barrier()  # raises what the (asynchronous) collectives recorded, if anything
+    heap.check_symmetry()
+    return refused
+
+
 def back_to_back(rank, world_size, backend, count):
     """``count`` collectives with no host barrier between them; each consumes the previous result."""
     heap = iris.heap.init(1 << 22)

@@ -241,6 +241,7 @@ MISMATCHES = {
     "barrier vs all_reduce": Mismatch("collective", "barrier", "all_reduce"),
     "heap tensor vs plain tensor": Mismatch("tensors on the heap", "first tensor", "none"),
     "broadcast src 0 vs 1": Mismatch("src", 0, 1),
+    "row-major vs channels_last": Mismatch("memory layout", "row-major", "dims permuted (#3)"),
 }
 
 
@@ -280,6 +281,11 @@ def _mismatched_call(kind: str, mem: Guarded, backend, rank: int, world_size: in
         return lambda: ccl.all_reduce(x, config=c)
     if kind == "heap tensor vs plain tensor":
         x = mem.tensor(data, not odd, "the tensor")
+        return lambda: ccl.all_reduce(x, config=c)
+    if kind == "row-major vs channels_last":  # the same values and shape, another memory order
+        x = mem.heap_tensor(sample((2, 4, 2, 4), torch.float32, 11, rank), "the tensor")
+        if odd:
+            x = x.as_strided(x.shape, torch.empty(x.shape, memory_format=torch.channels_last).stride())
         return lambda: ccl.all_reduce(x, config=c)
     if kind == "broadcast src 0 vs 1":
         x = mem.heap_tensor(data, "the tensor")

@@ -11,6 +11,13 @@ def test_every_collective_matches_torch_and_ranks_agree_bitwise(world, backend, 
     assert len(set(digests)) == 1, "all_reduce results differ between ranks"
 
 
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+def test_channels_last_tensors_match_torch(world, backend, world_size):
+    """Dense tensors in another memory order (channels_last, channels_last_3d) are collected as
+    torch's results say, on and off the heap; an out laid out unlike its inp is refused."""
+    assert world.run(_ccl_cases.channels_last, world_size, backend) == [2] * world_size
+
+
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_200_back_to_back_collectives_need_no_host_barrier(world, backend, world_size):
     world.run(_ccl_cases.back_to_back, world_size, backend, 200)

@@ -69,13 +69,15 @@ def _heap(heap):
     return heap
 
 
-def _check_tensor(t, name: str, heap) -> None:
+def _check_tensor(t, name: str, heap) -> int:
+    """Checks of one tensor argument; its memory layout (``_layout``)."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if t.device != heap.device:
         raise ValueError(f"{name} is on {t.device}, but the heap (rank {heap.rank}) is on {heap.device}")
-    if not t.is_contiguous():
-        raise ValueError(f"{name} must be contiguous (call .contiguous() first); got strides {t.stride()}")
+    if t.layout != torch.strided:
+        raise TypeError(f"{name} is a {t.layout} tensor; the collectives take strided (dense) tensors")
+    layout = _layout(t, name)
     if t.numel() * max(1, t.element_size() // 8) >= _MAX_ELEMENTS:
         raise ValueError(
             f"{name} has {t.numel()} elements; the collectives index elements with 32-bit integers, so a "
@@ -84,6 +86,66 @@ def _check_tensor(t, name: str, heap) -> None:
     if t.element_size() not in _WORDS:
         raise TypeError(
             f"{name} has {t.element_size()}-byte elements ({t.dtype}); the collectives move 1, 2, 4, 8 or 16-byte elements"
+        )
+    return layout
+
+
+#: Dims (of more than one element) that a tensor in another order than row-major may have: the
+#: order is described to peers by its Lehmer code in 16 bits (8! < 2**16).
+MAX_PERMUTED_DIMS = 8
+
+
+def _layout(t: torch.Tensor, name: str) -> int:
+    """Which order ``t``'s elements have in memory: 0 for row-major (contiguous), else the Lehmer
+    code of the order of its dims (those of more than one element) by decreasing stride. Two
+    tensors of one shape hold their elements in the same memory order exactly when these agree.
+
+    The collectives work on a tensor's memory as one flat run of elements, so it must be dense and
+    non-overlapping (contiguous, channels_last, a permutation of a contiguous tensor, ...).
+    """
+    if t.numel() == 0 or t.is_contiguous():
+        return 0
+    dims = [d for d in range(t.dim()) if t.shape[d] > 1]
+    order = sorted(dims, key=lambda d: -t.stride(d))  # stable
+    span = 1
+    for d in reversed(order):
+        if t.stride(d) != span:
+            raise ValueError(
+                f"{name} is not dense (shape {tuple(t.shape)}, strides {t.stride()}): the collectives take "
+                "tensors whose elements fill one block of memory, in any order of dims; call .contiguous() first"
+            )
+        span *= t.shape[d]
+    if len(dims) > MAX_PERMUTED_DIMS:
+        raise ValueError(
+            f"{name} has {len(dims)} dims of more than one element in an order other than row-major; the "
+            f"collectives describe at most {MAX_PERMUTED_DIMS} (call .contiguous() first)"
+        )
+    perm = [dims.index(d) for d in order]
+    code = 0
+    for i, p in enumerate(perm):
+        code = code * (len(perm) - i) + sum(q < p for q in perm[i + 1 :])
+    return code
+
+
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    """The memory of a dense tensor (``_layout``) as one dim, in memory order (a view, never a copy)."""
+    return t.as_strided((t.numel(),), (1,))
+
+
+def _check_chunks(name: str, whole: torch.Tensor, part: torch.Tensor, whole_name: str, part_name: str) -> None:
+    """``whole``'s chunks along dim 0 must each be one run of memory laid out as ``part`` is."""
+    if whole.numel() == 0:
+        return
+    if whole.shape[0] > 1 and whole.stride(0) * whole.shape[0] != whole.numel():
+        raise ValueError(
+            f"{name}: {whole_name}'s dim 0 must be its outermost in memory (each rank's chunk one block); got "
+            f"shape {tuple(whole.shape)}, strides {whole.stride()}"
+        )
+    chunk = whole[0] if whole.dim() == part.dim() + 1 else whole[: part.shape[0] if part.dim() else 1]
+    if chunk.numel() and _layout(chunk, whole_name) != _layout(part, part_name):
+        raise ValueError(
+            f"{name}: {whole_name} and {part_name} must lay their elements out alike (strides {whole.stride()} and "
+            f"{part.stride()} for shapes {tuple(whole.shape)} and {tuple(part.shape)})"
         )
 
 
@@ -112,7 +174,7 @@ def _check_disjoint(out, inp) -> None:
 def _words(t: torch.Tensor) -> torch.Tensor:
     """``t`` as 1-D integers of its element's size (16-byte elements as pairs of 8-byte words):
     data movement does not care what the bytes mean."""
-    return t.reshape(-1).view(_WORDS[t.element_size()])
+    return _flat(t).view(_WORDS[t.element_size()])
 
 
 #: Launch compiled kernels directly after the first call of each argument shape (``_launch``):
@@ -307,7 +369,7 @@ class _Plan:
                 bound(stream)
         else:
             for kernel, grid, args, launch, warps in self.steps:
-                filled = [tensors[a[1]].reshape(-1).view(a[2]) if type(a) is tuple else a for a in args]
+                filled = [_flat(tensors[a[1]]).view(a[2]) if type(a) is tuple else a for a in args]
                 kernel[grid](*filled, num_warps=warps, **launch)
 
 
@@ -342,7 +404,7 @@ def _call_key(heap, name: str, config, scalars: tuple, tensors: tuple):
     if gpu and not (DIRECT_LAUNCH and _launch.hooks_idle()):
         return None
     try:
-        parts = [(t.data_ptr(), t.shape, t.dtype, t.device, t.is_contiguous(), heap.is_symmetric(t)) for t in tensors]
+        parts = [(t.data_ptr(), t.shape, t.stride(), t.dtype, t.device, heap.is_symmetric(t)) for t in tensors]
     except (AttributeError, TypeError):  # not tensors: the full path says what is wrong
         return None
     return (name, cfg, scalars, torch.cuda.current_device() if gpu else -1, *parts)
@@ -393,7 +455,7 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", *, heap=None, config: Conf
     key = _call_key(heap, "all_reduce", config, (op,), (tensor,))
     if _replay(heap, key, (tensor,)):
         return tensor
-    _check_tensor(tensor, "tensor", heap)
+    layout = _check_tensor(tensor, "tensor", heap)
     code = _check_op(op, tensor.dtype)
     run = _Launch(heap, config, "all_reduce", key, (tensor,))
     variant = run.cfg.variant
@@ -403,12 +465,13 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", *, heap=None, config: Conf
     if n == 0:
         _barrier(run, "all_reduce")
         return tensor
-    flat = tensor.reshape(-1)
+    flat = _flat(tensor)
     flags = {"OP": code, "W": heap.world_size, **_reduce_flags(tensor.dtype)}
     in_place = variant != "one_shot" and _on_heap(heap, tensor)
     buf = flat if in_place else run.staging("in", flat)
     mid = run.staging("out", flat) if variant == "rs_ag" else None
-    run.describe("all_reduce", n, buf, mid, variant=variant, op=op, dtype=tensor.dtype, on_heap=(in_place,))
+    run.describe("all_reduce", n, buf, mid, variant=variant, op=op, dtype=tensor.dtype, on_heap=(in_place,),
+                 layout=layout)  # fmt: skip
     if not in_place:
         buf.copy_(flat)
     if variant == "one_shot":
@@ -442,7 +505,7 @@ def all_gather(out: torch.Tensor, inp: torch.Tensor, *, heap=None, config: Confi
     if _replay(heap, key, (out, inp)):
         return out
     _check_tensor(out, "out", heap)
-    _check_tensor(inp, "inp", heap)
+    layout = _check_tensor(inp, "inp", heap)
     _check_same_dtype(out, inp)
     w = heap.world_size
     cat = (w * inp.shape[0], *inp.shape[1:]) if inp.dim() else (w,)
@@ -450,23 +513,25 @@ def all_gather(out: torch.Tensor, inp: torch.Tensor, *, heap=None, config: Confi
         raise ValueError(
             f"all_gather: out must have shape {cat} (or {(w, *inp.shape)}) for inp of shape {tuple(inp.shape)} and world size {w}; got {tuple(out.shape)}"
         )
+    _check_chunks("all_gather", out, inp, "out", "inp")
     _check_disjoint(out, inp)
     run = _Launch(heap, config, "all_gather", key, (out, inp))
     n = inp.numel()
     if n == 0:
         _barrier(run, "all_gather")
         return out
-    fields = {"dtype": inp.dtype}
+    fields = {"dtype": inp.dtype, "layout": layout}
     if _on_heap(heap, out):  # push: read the input once, store it into every rank's out
         run.describe("all_gather", n, out, variant="push", on_heap=(True, _on_heap(heap, inp)), **fields)
         src, dst = _words(inp), _words(out)
         m = src.numel()
         run.run(run.k.push_kernel, m, src, dst, m, heap.rank * m, W=w)
         return out
-    src = _staged_input(run, heap, inp)  # pull: every rank reads every rank's input
-    run.describe("all_gather", n, src, variant="pull", on_heap=(False, src is inp), **fields)
-    if src is not inp:
-        src.copy_(inp)
+    flat = _flat(inp)
+    src = _staged_input(run, heap, flat)  # pull: every rank reads every rank's input
+    run.describe("all_gather", n, src, variant="pull", on_heap=(False, src is flat), **fields)
+    if src is not flat:
+        src.copy_(flat)
     src, dst = _words(src), _words(out)
     m = src.numel()
     run.run(run.k.gather_kernel, m, src, dst, m, w * m, 0, 0, m, heap.rank, COUNT=w)
@@ -482,7 +547,7 @@ def reduce_scatter(
     if _replay(heap, key, (out, inp)):
         return out
     _check_tensor(out, "out", heap)
-    _check_tensor(inp, "inp", heap)
+    layout = _check_tensor(inp, "inp", heap)
     _check_same_dtype(out, inp)
     code = _check_op(op, inp.dtype)
     w = heap.world_size
@@ -493,18 +558,20 @@ def reduce_scatter(
         raise ValueError(
             f"reduce_scatter: out must have shape {chunk_shape} for inp of shape {tuple(inp.shape)} and world size {w}; got {tuple(out.shape)}"
         )
+    _check_chunks("reduce_scatter", inp, out, "inp", "out")
     _check_disjoint(out, inp)
     run = _Launch(heap, config, "reduce_scatter", key, (out, inp))
     chunk = out.numel()
     if chunk == 0:
         _barrier(run, "reduce_scatter")
         return out
-    src = _staged_input(run, heap, inp)
-    run.describe("reduce_scatter", inp.numel(), src, op=op, dtype=inp.dtype, on_heap=(src is inp,))
-    if src is not inp:
-        src.copy_(inp)
+    flat = _flat(inp)
+    src = _staged_input(run, heap, flat)
+    run.describe("reduce_scatter", inp.numel(), src, op=op, dtype=inp.dtype, on_heap=(src is flat,), layout=layout)
+    if src is not flat:
+        src.copy_(flat)
     flags = {"OP": code, "W": w, **_reduce_flags(inp.dtype)}
-    run.run(run.k.reduce_kernel, chunk, src.reshape(-1), out.reshape(-1), w * chunk, chunk,
+    run.run(run.k.reduce_kernel, chunk, src, _flat(out), w * chunk, chunk,
             PUSH=False, DST_CHUNKED=False, **flags)  # fmt: skip
     return out
 
@@ -516,22 +583,26 @@ def all_to_all(out: torch.Tensor, inp: torch.Tensor, *, heap=None, config: Confi
     if _replay(heap, key, (out, inp)):
         return out
     _check_tensor(out, "out", heap)
-    _check_tensor(inp, "inp", heap)
+    layout = _check_tensor(inp, "inp", heap)
     _check_same_dtype(out, inp)
     w = heap.world_size
     if inp.dim() == 0 or inp.shape[0] % w:
         raise ValueError(f"all_to_all: inp's dim 0 ({tuple(inp.shape)}) must be divisible by the world size {w}")
     if out.shape != inp.shape:
         raise ValueError(f"all_to_all: out must have inp's shape {tuple(inp.shape)}; got {tuple(out.shape)}")
+    piece = inp[: inp.shape[0] // w]  # what one rank sends another
+    _check_chunks("all_to_all", inp, piece, "inp", "inp")
+    _check_chunks("all_to_all", out, piece, "out", "inp")
     _check_disjoint(out, inp)
     run = _Launch(heap, config, "all_to_all", key, (out, inp))
     if inp.numel() == 0:
         _barrier(run, "all_to_all")
         return out
-    src = _staged_input(run, heap, inp)
-    run.describe("all_to_all", inp.numel(), src, dtype=inp.dtype, on_heap=(src is inp,))
-    if src is not inp:
-        src.copy_(inp)
+    flat = _flat(inp)
+    src = _staged_input(run, heap, flat)
+    run.describe("all_to_all", inp.numel(), src, dtype=inp.dtype, on_heap=(src is flat,), layout=layout)
+    if src is not flat:
+        src.copy_(flat)
     words = _words(src)
     c = words.numel() // w
     run.run(run.k.gather_kernel, c, words, _words(out), c, w * c, 0, heap.rank * c, c, heap.rank, COUNT=w)
@@ -544,7 +615,7 @@ def broadcast(tensor: torch.Tensor, src: int, *, heap=None, config: Config | Non
     key = _call_key(heap, "broadcast", config, (src, type(src)), (tensor,))
     if _replay(heap, key, (tensor,)):
         return tensor
-    _check_tensor(tensor, "tensor", heap)
+    layout = _check_tensor(tensor, "tensor", heap)
     if isinstance(src, bool) or not isinstance(src, int):
         raise TypeError(f"src must be an int rank, got {src!r}")
     if not 0 <= src < heap.world_size:
@@ -553,10 +624,11 @@ def broadcast(tensor: torch.Tensor, src: int, *, heap=None, config: Config | Non
     if tensor.numel() == 0:
         _barrier(run, "broadcast")
         return tensor
-    data = tensor if _on_heap(heap, tensor) else run.staging("in", tensor)
-    run.describe("broadcast", tensor.numel(), data, dtype=tensor.dtype, on_heap=(data is tensor,), src=src)
-    if data is not tensor and heap.rank == src:
-        data.copy_(tensor)
+    flat = _flat(tensor)
+    data = flat if _on_heap(heap, tensor) else run.staging("in", flat)
+    run.describe("broadcast", tensor.numel(), data, dtype=tensor.dtype, on_heap=(data is flat,), src=src, layout=layout)
+    if data is not flat and heap.rank == src:
+        data.copy_(flat)
     words = _words(data)
     n = words.numel()
     count = 0 if heap.rank == src else 1

@@ -35,7 +35,9 @@ the exit. After any error, the contents of the tensors of the failed call are un
 rank; the tensors of no other call are touched.
 
 The description is four int64 words: ``CODE`` packs the collective, its variant, the op, the
-dtype, which tensors are on the heap and the source rank; ``NUMEL`` is the element count of the
+dtype, which tensors are on the heap, the source rank and the input's memory layout (the order of
+its dims in memory: 0 for row-major, so a channels_last tensor on one rank and a contiguous one on
+another differ); ``NUMEL`` is the element count of the
 input; ``OFF_A`` / ``OFF_B`` are the heap offsets of the buffers that peers read or write (the
 user's heap tensors or the collective's staging), -1 where there is none. Launch shapes (block
 size, programs, warps, backend) are not part of it: each rank's tiling is its own business, and
@@ -73,14 +75,18 @@ _DTYPES = [
 _DTYPE_ID = {d: i + 1 for i, d in enumerate(_DTYPES)}
 
 # CODE's bit fields: (name, shift, width)
-_BITS = (("collective", 0, 4), ("variant", 4, 4), ("op", 8, 4), ("dtype", 12, 8), ("on heap", 20, 4), ("src", 24, 20))
+_BITS = (("collective", 0, 4), ("variant", 4, 4), ("op", 8, 4), ("dtype", 12, 8), ("on heap", 20, 4), ("src", 24, 20),
+         ("memory layout", 44, 16))  # fmt: skip
 
 
 @functools.lru_cache(maxsize=4096)
-def describe(kind: str, *, variant: str = "", op: str = "", dtype=None, on_heap=(), src: int = -1) -> int:
-    """The CODE word of a call (see the module docstring)."""
+def describe(
+    kind: str, *, variant: str = "", op: str = "", dtype=None, on_heap=(), src: int = -1, layout: int = 0
+) -> int:
+    """The CODE word of a call (see the module docstring); ``layout``: the input's memory order
+    (``iris.ccl.collectives._layout``, 0 for row-major)."""
     heap_bits = sum(1 << i for i, on in enumerate(on_heap) if on)
-    values = (KINDS[kind], VARIANTS[variant], OPS[op], _DTYPE_ID.get(dtype, 0), heap_bits, src + 1)
+    values = (KINDS[kind], VARIANTS[variant], OPS[op], _DTYPE_ID.get(dtype, 0), heap_bits, src + 1, layout)
     code = 0
     for (_, shift, width), value in zip(_BITS, values):
         code |= (value & ((1 << width) - 1)) << shift
@@ -98,6 +104,7 @@ def decode(code: int) -> dict[str, object]:
         "dtype": _DTYPES[raw["dtype"] - 1] if 0 < raw["dtype"] <= len(_DTYPES) else "-",
         "on heap": raw["on heap"],
         "src": raw["src"] - 1,
+        "memory layout": "row-major" if raw["memory layout"] == 0 else f"dims permuted (#{raw['memory layout']})",
     }
 
 

@@ -107,10 +107,14 @@ def channels_last(rank, world_size, backend):
     cfg = ccl.Config(block_size=BLOCK, num_programs=2, backend=backend)
     refused = 0
     for shape, fmt in (((2, 3, 2, 5), torch.channels_last), ((2, 3, 2, 2, 3), torch.channels_last_3d)):
-        def put(t, on_heap):
+
+        def put(t, on_heap, fmt=fmt):
             placed = place(heap, t, on_heap)  # contiguous; the same values laid out channels-last:
             strided = torch.empty_like(placed.cpu(), memory_format=fmt).stride()
-            view = (heap.empty(placed.numel(), dtype=t.dtype) if on_heap else torch.empty(placed.numel(), dtype=t.dtype, device=dev))
+            if on_heap:
+                view = heap.empty(placed.numel(), dtype=t.dtype)
+            else:
+                view = torch.empty(placed.numel(), dtype=t.dtype, device=dev)
             view = view.as_strided(placed.shape, strided)
             view.copy_(placed)
             assert view.is_contiguous(memory_format=fmt) and not view.is_contiguous()

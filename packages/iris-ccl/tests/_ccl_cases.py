@@ -231,7 +231,12 @@ def bad_inputs(rank, world_size, backend):
             lambda: ccl.all_reduce(heap.zeros(4, dtype=torch.int32), op="avg", config=cfg),
         ),
         (TypeError, "cannot reduce", lambda: ccl.all_reduce(heap.zeros(4, dtype=torch.bool), config=cfg)),
-        (ValueError, "contiguous", lambda: ccl.all_reduce(heap.zeros(4, 4).t(), config=cfg)),
+        (ValueError, "not dense", lambda: ccl.all_reduce(heap.zeros(4, 4)[:, ::2], config=cfg)),
+        (
+            ValueError,
+            "dim 0 must be its outermost",
+            lambda: ccl.all_to_all(x.view(2, -1).t(), x.view(2, -1).t().clone(), config=cfg),
+        ),
         (
             ValueError,
             "must have inp's shape",

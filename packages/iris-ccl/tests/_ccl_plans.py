@@ -90,17 +90,27 @@ def repeated(rank, world_size, backend):
                 mem.assert_guards(rank, f"{make.__name__} call {seed}")
             out["plans"].append((make.__name__, round_, plans_of(heap) - before))
         mem.free()
-    # A plain tensor: staged on the heap and copied back each call; no plan.
+    # Plain tensors: staged on the heap, with the copies in the plan. The last rank calls with a
+    # new tensor (a new address, so no plan) each time while the others repeat theirs (their
+    # plans); a larger call in between grows the staging, which must retire the plans that copy
+    # through the old buffer on every rank alike (else ranks would describe different offsets).
     mem = Guarded(heap)
-    xs = [sample((7,), torch.float32, 99, r) for r in range(world_size)]
-    y = mem.plain_tensor(xs[rank], "the plain tensor")
+    odd = rank == world_size - 1
+    xs = {n: [sample((n,), torch.float32, 90 + n, r) for r in range(world_size)] for n in (7, 500)}
+    kept = {n: mem.plain_tensor(xs[n][rank], f"the plain tensor of {n}") for n in (7, 500)}
     before = plans_of(heap)
-    for i in range(2):
-        y.copy_(xs[rank])
+    fresh = []  # the last rank's tensors, kept alive so that every call gets a new address
+    for i, n in enumerate((7, 7, 500, 7, 7)):
+        y = kept[n]
+        if odd:
+            y = torch.empty_like(y)
+            fresh.append(y)
+        y.copy_(xs[n][rank])
         ccl.all_reduce(y, config=cfg(backend, variant="two_shot"))
         settle(heap)
-        if not same(y, reference_reduce(xs, "sum")):
-            out["wrong"].append(f"plain all_reduce call {i}")
+        if not same(y, reference_reduce(xs[n], "sum")):
+            out["wrong"].append(f"plain all_reduce call {i} ({n} elements)")
+    heap.check_device_errors()  # a rank that described other offsets than its peers would raise here
     out["plain plans"] = plans_of(heap) - before
     # A plan recorded for src=1 must not take src=True (the full path refuses a bool).
     z = mem.heap_tensor(torch.arange(4.0), "the broadcast tensor")

@@ -16,7 +16,10 @@ def test_repeated_calls_launch_their_plan_and_stay_right(world, backend, world_s
             # allocator gives them (their plans then serve again) or at others (one new plan).
             want = (1,) if round_ == 0 else (0, 1)
             assert added in want, f"rank {rank}: {name} (round {round_}) added {added} plans over three calls"
-        assert res["plain plans"] == 0, f"rank {rank}: a staged (plain tensor) call was planned"
+        # The repeating ranks: 7 (planned), 500, then 7 again (re-planned: the staging grew);
+        # the last rank: a plan per new tensor (5).
+        want = 5 if rank == world_size - 1 else 2
+        assert res["plain plans"] == want, f"rank {rank}: {res['plain plans']} plans for the plain calls, not {want}"
         assert res["src=True"] is not None and res["src=True"]["type"] == "TypeError", f"rank {rank}: {res['src=True']}"
         assert res["after reset"] == 0, f"rank {rank}: reset() kept {res['after reset']} plans"
 

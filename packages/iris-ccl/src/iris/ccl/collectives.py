@@ -226,8 +226,9 @@ def _resident_per_sm(kernel, args, launch: dict, device: torch.device) -> int:
 class _Launch:
     """One collective call: its checks before anything is published, its description, its launches.
 
-    With a ``key`` (``_call_key``) it also records its launches as a plan that later calls with
-    the same key launch again without any of this (``_replay``), unless the call stages a tensor.
+    With a ``key`` (``_call_key``) it also records its launches and staging copies as a plan that
+    later calls with the same key run again without any of this (``_replay``); the plan is kept
+    when the ``with`` block of the call ends without an exception.
     """
 
     def __init__(self, heap, config: Config | None, name: str, key=None, tensors: tuple = ()):
@@ -248,10 +249,25 @@ class _Launch:
         self.plan = _Plan(name, self.gpu) if key is not None else None
         self.tensors = tensors
 
+    def __enter__(self) -> _Launch:
+        return self
+
+    def __exit__(self, kind, error, tb) -> None:
+        if kind is None and self.plan is not None and self.plan.steps:
+            self.ws.keep_plan(self.key, self.plan, MAX_PLANS)
+
     def staging(self, role: str, like: torch.Tensor) -> torch.Tensor:
-        """``ws.staging``; a call that stages is not recorded as a plan (its copies are its own)."""
-        self.plan = None
-        return self.ws.staging(role, like)
+        """``ws.staging``; the plan holds on to the buffer it used (valid while it is the role's)."""
+        view = self.ws.staging(role, like)
+        if self.plan is not None:
+            self.plan.buffers[role] = self.ws.staging_buffer(role)
+        return view
+
+    def copy(self, dst: torch.Tensor, src: torch.Tensor) -> None:
+        """``dst.copy_(src)``, between a tensor of the call and its staging, recorded in the plan."""
+        dst.copy_(src)
+        if self.plan is not None:
+            self.plan.add_copy(dst, src, self.tensors)
 
     def describe(self, kind: str, numel: int, a=None, b=None, **fields) -> None:
         """This call's description (``iris.ccl.protocol``); ``a``/``b``: the buffers peers access."""
@@ -291,11 +307,9 @@ class _Launch:
             ws.broken = f"a failure inside {self.name}'s launch ({type(e).__name__}: {e})"
             raise
         if self.plan is not None:
-            self.plan.add(kernel, (p,), (*head, *args), launch, self.warps, self.tensors)
+            self.plan.add_launch(kernel, (p,), (*head, *args), launch, self.warps, self.tensors)
             if self.plan.steps is None:
                 self.plan = None
-            else:
-                ws.keep_plan(self.key, self.plan, MAX_PLANS)
         if self.cfg.blocking:
             self.wait()
 
@@ -327,66 +341,92 @@ def _check_ready(heap, ws: Workspace, name: str) -> None:
 
 
 class _Plan:
-    """The launches of one call, kept to launch again for the next call with the same key.
+    """The launches and staging copies of one call, kept to run again for the next call with the same key.
 
     The key (``_call_key``) holds everything the call's checks and launches depended on: the
     collective, its ``Config`` and scalars (op, src), the current device and, per tensor, its
-    address, shape, dtype, device, contiguity and whether it is on the heap. Calls with the same
-    key pass the same checks and launch the same kernels with the same arguments (addresses
-    included), so a plan skips straight to the launches, after the checks that may change between
-    calls (the heap is open, no device error is pending, the collectives are not broken).
+    address, shape, strides, dtype, device and whether it is on the heap. Calls with the same key
+    pass the same checks and launch the same kernels with the same arguments (addresses included),
+    so a plan skips straight to its steps, after the checks that may change between calls (the
+    heap is open, no device error is pending, the collectives are not broken) and one more: the
+    staging buffers it copies through are still the workspace's (``buffers``; they change only
+    when a larger call grows one, or at ``reset()``). Every rank's staging grows at the same calls,
+    whichever of them ran from a plan, so ranks keep describing the same offsets.
 
-    Only calls whose launches touch nothing but the call's own tensors, the heap's context and the
-    sync block are recorded; a call that stages a tensor runs its copies and is planned each time.
-    On GPUs a step is a ``_launch.Bound`` (addresses fixed); on CPU ranks it is the kernel with the
-    call's tensors filled in again (``slots``), so the same plans run under the interpreter.
+    Steps, in the call's order: on GPUs a launch is a ``_launch.Bound`` (addresses fixed); on CPU
+    ranks the kernel with the call's tensors filled in again (``_slotted``), so the same plans run
+    under the interpreter; a copy is between a (flat) tensor of the call and a staging view.
     """
 
-    __slots__ = ("name", "gpu", "steps", "device")
+    __slots__ = ("name", "gpu", "steps", "device", "buffers", "launches")
 
     def __init__(self, name: str, gpu: bool):
         self.name, self.gpu = name, gpu
         self.steps: list | None = []
         self.device = torch.cuda.current_device() if gpu else -1
+        self.buffers: dict[str, torch.Tensor] = {}  # staging role -> the whole buffer the steps use
+        self.launches = 0
 
-    def add(self, kernel, grid, args, launch, warps, tensors) -> None:
+    def add_launch(self, kernel, grid, args, launch, warps, tensors) -> None:
         """Record a launch just made (``steps`` becomes None when it cannot be repeated as is)."""
         if self.steps is None:
             return
         if self.gpu:
-            step = _launch.bind(kernel, grid, args, launch, warps) if DIRECT_LAUNCH else None
+            bound = _launch.bind(kernel, grid, args, launch, warps) if DIRECT_LAUNCH else None
+            step = None if bound is None else ("launch", bound)
         else:
             step = _slotted(kernel, grid, args, launch, warps, tensors)
         if step is None:
             self.steps = None
         else:
             self.steps.append(step)
+            self.launches += 1
 
-    def launch(self, tensors: tuple) -> None:
-        if self.gpu:
-            stream = _launch.stream(self.device)
-            for bound in self.steps:
-                bound(stream)
-        else:
-            for kernel, grid, args, launch, warps in self.steps:
-                filled = [_flat(tensors[a[1]]).view(a[2]) if type(a) is tuple else a for a in args]
-                kernel[grid](*filled, num_warps=warps, **launch)
+    def add_copy(self, dst: torch.Tensor, src: torch.Tensor, tensors) -> None:
+        if self.steps is not None:
+            ends = (_slot(dst, tensors), _slot(src, tensors))
+            self.steps = None if None in ends else [*self.steps, ("copy", *ends)]
+
+    def valid(self, ws: Workspace) -> bool:
+        return all(ws.staging_buffer(role) is buf for role, buf in self.buffers.items())
+
+    def run(self, tensors: tuple) -> None:
+        stream = _launch.stream(self.device) if self.gpu else None
+        for step in self.steps:
+            what = step[0]
+            if what == "launch":
+                step[1](stream)
+            elif what == "copy":
+                _filled(step[1], tensors).copy_(_filled(step[2], tensors))
+            else:  # "cpu": a launch under the interpreter
+                _, kernel, grid, args, launch, warps = step
+                kernel[grid](*[_filled(a, tensors) for a in args], num_warps=warps, **launch)
+
+
+def _slot(a, tensors):
+    """``a`` itself, or ``("slot", index, dtype)`` when it is the flat memory of the call's tensor
+    ``index`` (as ``_flat`` / ``_words`` give it); None when it views a tensor of the call otherwise."""
+    if not isinstance(a, torch.Tensor):
+        return a
+    for i, t in enumerate(tensors):
+        if t.data_ptr() == a.data_ptr():
+            if a.dim() != 1 or a.numel() * a.element_size() != t.numel() * t.element_size():
+                return None
+            return ("slot", i, a.dtype)
+    return a
+
+
+def _filled(a, tensors):
+    return _flat(tensors[a[1]]).view(a[2]) if type(a) is tuple else a
 
 
 def _slotted(kernel, grid, args, launch, warps, tensors):
-    """A CPU step: each argument that views one of the call's tensors (flat, maybe as words)
-    becomes ``("slot", index, dtype)``; other tensors (context, sync block) are the heap's own."""
-    out = []
-    for a in args:
-        if isinstance(a, torch.Tensor):
-            owner = [i for i, t in enumerate(tensors) if t.data_ptr() == a.data_ptr()]
-            if owner:
-                t = tensors[owner[0]]
-                if a.dim() != 1 or a.numel() * a.element_size() != t.numel() * t.element_size():
-                    return None
-                a = ("slot", owner[0], a.dtype)
-        out.append(a)
-    return kernel, grid, tuple(out), launch, warps
+    """A CPU launch step: each argument that views one of the call's tensors becomes a slot
+    (``_slot``); other tensors (context, sync block, staging) are the heap's own."""
+    filled = tuple(_slot(a, tensors) for a in args)
+    if any(f is None for f in filled):
+        return None
+    return ("cpu", kernel, grid, filled, launch, warps)
 
 
 #: Plans kept per heap (the oldest is dropped first).
@@ -400,14 +440,20 @@ def _call_key(heap, name: str, config, scalars: tuple, tensors: tuple):
     cfg = _DEFAULT if config is None else config
     if type(cfg) is not Config or cfg.blocking:
         return None
-    gpu = heap.device.type == "cuda"
-    if gpu and not (DIRECT_LAUNCH and _launch.hooks_idle()):
-        return None
+    if heap.device.type == "cuda":
+        if not (DIRECT_LAUNCH and _launch.hooks_idle()):
+            return None
+        device = _current_device()
+    else:
+        device = -1
     try:
         parts = [(t.data_ptr(), t.shape, t.stride(), t.dtype, t.device, heap.is_symmetric(t)) for t in tensors]
     except (AttributeError, TypeError):  # not tensors: the full path says what is wrong
         return None
-    return (name, cfg, scalars, torch.cuda.current_device() if gpu else -1, *parts)
+    return (name, cfg, scalars, device, *parts)
+
+
+_current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device  # without the lazy-init check
 
 
 def _replay(heap, key, tensors: tuple) -> bool:
@@ -419,12 +465,13 @@ def _replay(heap, key, tensors: tuple) -> bool:
         plan = ws.plans.get(key)
     except TypeError:  # an unhashable scalar (op, src): the full path rejects it
         return False
-    if plan is None:
+    if plan is None or not plan.valid(ws):
         return False
     _check_ready(heap, ws, plan.name)
-    ws.record(plan.name)
+    for _ in range(plan.launches):
+        ws.record(plan.name)
     try:
-        plan.launch(tensors)
+        plan.run(tensors)
     except BaseException as e:
         ws.broken = f"a failure inside {plan.name}'s launch ({type(e).__name__}: {e})"
         raise
@@ -457,39 +504,39 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", *, heap=None, config: Conf
         return tensor
     layout = _check_tensor(tensor, "tensor", heap)
     code = _check_op(op, tensor.dtype)
-    run = _Launch(heap, config, "all_reduce", key, (tensor,))
-    variant = run.cfg.variant
-    n = tensor.numel()
-    if variant == "auto":
-        variant = _auto_variant(heap.world_size, n * tensor.element_size())
-    if n == 0:
-        _barrier(run, "all_reduce")
-        return tensor
-    flat = _flat(tensor)
-    flags = {"OP": code, "W": heap.world_size, **_reduce_flags(tensor.dtype)}
-    in_place = variant != "one_shot" and _on_heap(heap, tensor)
-    buf = flat if in_place else run.staging("in", flat)
-    mid = run.staging("out", flat) if variant == "rs_ag" else None
-    run.describe("all_reduce", n, buf, mid, variant=variant, op=op, dtype=tensor.dtype, on_heap=(in_place,),
-                 layout=layout)  # fmt: skip
-    if not in_place:
-        buf.copy_(flat)
-    if variant == "one_shot":
-        run.run(run.k.one_shot_kernel, n, buf, flat, n, **flags)
-        return tensor
-    chunk = -(-n // heap.world_size)
-    if variant == "two_shot":
-        run.run(run.k.reduce_kernel, chunk, buf, buf, n, chunk, PUSH=True, DST_CHUNKED=True, **flags)
+    with _Launch(heap, config, "all_reduce", key, (tensor,)) as run:  # keeps the call's plan if it completes
+        variant = run.cfg.variant
+        n = tensor.numel()
+        if variant == "auto":
+            variant = _auto_variant(heap.world_size, n * tensor.element_size())
+        if n == 0:
+            _barrier(run, "all_reduce")
+            return tensor
+        flat = _flat(tensor)
+        flags = {"OP": code, "W": heap.world_size, **_reduce_flags(tensor.dtype)}
+        in_place = variant != "one_shot" and _on_heap(heap, tensor)
+        buf = flat if in_place else run.staging("in", flat)
+        mid = run.staging("out", flat) if variant == "rs_ag" else None
+        run.describe("all_reduce", n, buf, mid, variant=variant, op=op, dtype=tensor.dtype, on_heap=(in_place,),
+                     layout=layout)  # fmt: skip
         if not in_place:
-            flat.copy_(buf)
+            run.copy(buf, flat)
+        if variant == "one_shot":
+            run.run(run.k.one_shot_kernel, n, buf, flat, n, **flags)
+            return tensor
+        chunk = -(-n // heap.world_size)
+        if variant == "two_shot":
+            run.run(run.k.reduce_kernel, chunk, buf, buf, n, chunk, PUSH=True, DST_CHUNKED=True, **flags)
+            if not in_place:
+                run.copy(flat, buf)
+            return tensor
+        # rs_ag: reduce chunk `rank` into the workspace, then every rank reads every chunk.
+        run.run(run.k.reduce_kernel, chunk, buf, mid, n, chunk, PUSH=False, DST_CHUNKED=True, **flags)
+        src, dst = _words(mid), _words(flat)
+        per = src.numel() // n  # words per element
+        run.run(run.k.gather_kernel, chunk * per, src, dst, chunk * per, n * per, chunk * per, 0, chunk * per, heap.rank,
+                COUNT=heap.world_size)  # fmt: skip
         return tensor
-    # rs_ag: reduce chunk `rank` into the workspace, then every rank reads every chunk.
-    run.run(run.k.reduce_kernel, chunk, buf, mid, n, chunk, PUSH=False, DST_CHUNKED=True, **flags)
-    src, dst = _words(mid), _words(flat)
-    per = src.numel() // n  # words per element
-    run.run(run.k.gather_kernel, chunk * per, src, dst, chunk * per, n * per, chunk * per, 0, chunk * per, heap.rank,
-            COUNT=heap.world_size)  # fmt: skip
-    return tensor
 
 
 def all_gather(out: torch.Tensor, inp: torch.Tensor, *, heap=None, config: Config | None = None) -> torch.Tensor:
@@ -515,27 +562,27 @@ def all_gather(out: torch.Tensor, inp: torch.Tensor, *, heap=None, config: Confi
         )
     _check_chunks("all_gather", out, inp, "out", "inp")
     _check_disjoint(out, inp)
-    run = _Launch(heap, config, "all_gather", key, (out, inp))
-    n = inp.numel()
-    if n == 0:
-        _barrier(run, "all_gather")
-        return out
-    fields = {"dtype": inp.dtype, "layout": layout}
-    if _on_heap(heap, out):  # push: read the input once, store it into every rank's out
-        run.describe("all_gather", n, out, variant="push", on_heap=(True, _on_heap(heap, inp)), **fields)
-        src, dst = _words(inp), _words(out)
+    with _Launch(heap, config, "all_gather", key, (out, inp)) as run:  # keeps the call's plan if it completes
+        n = inp.numel()
+        if n == 0:
+            _barrier(run, "all_gather")
+            return out
+        fields = {"dtype": inp.dtype, "layout": layout}
+        if _on_heap(heap, out):  # push: read the input once, store it into every rank's out
+            run.describe("all_gather", n, out, variant="push", on_heap=(True, _on_heap(heap, inp)), **fields)
+            src, dst = _words(inp), _words(out)
+            m = src.numel()
+            run.run(run.k.push_kernel, m, src, dst, m, heap.rank * m, W=w)
+            return out
+        flat = _flat(inp)
+        src = _staged_input(run, heap, flat)  # pull: every rank reads every rank's input
+        run.describe("all_gather", n, src, variant="pull", on_heap=(False, src is flat), **fields)
+        if src is not flat:
+            run.copy(src, flat)
+        src, dst = _words(src), _words(out)
         m = src.numel()
-        run.run(run.k.push_kernel, m, src, dst, m, heap.rank * m, W=w)
+        run.run(run.k.gather_kernel, m, src, dst, m, w * m, 0, 0, m, heap.rank, COUNT=w)
         return out
-    flat = _flat(inp)
-    src = _staged_input(run, heap, flat)  # pull: every rank reads every rank's input
-    run.describe("all_gather", n, src, variant="pull", on_heap=(False, src is flat), **fields)
-    if src is not flat:
-        src.copy_(flat)
-    src, dst = _words(src), _words(out)
-    m = src.numel()
-    run.run(run.k.gather_kernel, m, src, dst, m, w * m, 0, 0, m, heap.rank, COUNT=w)
-    return out
 
 
 def reduce_scatter(
@@ -560,20 +607,20 @@ def reduce_scatter(
         )
     _check_chunks("reduce_scatter", inp, out, "inp", "out")
     _check_disjoint(out, inp)
-    run = _Launch(heap, config, "reduce_scatter", key, (out, inp))
-    chunk = out.numel()
-    if chunk == 0:
-        _barrier(run, "reduce_scatter")
+    with _Launch(heap, config, "reduce_scatter", key, (out, inp)) as run:  # keeps the call's plan if it completes
+        chunk = out.numel()
+        if chunk == 0:
+            _barrier(run, "reduce_scatter")
+            return out
+        flat = _flat(inp)
+        src = _staged_input(run, heap, flat)
+        run.describe("reduce_scatter", inp.numel(), src, op=op, dtype=inp.dtype, on_heap=(src is flat,), layout=layout)
+        if src is not flat:
+            run.copy(src, flat)
+        flags = {"OP": code, "W": w, **_reduce_flags(inp.dtype)}
+        run.run(run.k.reduce_kernel, chunk, src, _flat(out), w * chunk, chunk,
+                PUSH=False, DST_CHUNKED=False, **flags)  # fmt: skip
         return out
-    flat = _flat(inp)
-    src = _staged_input(run, heap, flat)
-    run.describe("reduce_scatter", inp.numel(), src, op=op, dtype=inp.dtype, on_heap=(src is flat,), layout=layout)
-    if src is not flat:
-        src.copy_(flat)
-    flags = {"OP": code, "W": w, **_reduce_flags(inp.dtype)}
-    run.run(run.k.reduce_kernel, chunk, src, _flat(out), w * chunk, chunk,
-            PUSH=False, DST_CHUNKED=False, **flags)  # fmt: skip
-    return out
 
 
 def all_to_all(out: torch.Tensor, inp: torch.Tensor, *, heap=None, config: Config | None = None) -> torch.Tensor:
@@ -594,19 +641,19 @@ def all_to_all(out: torch.Tensor, inp: torch.Tensor, *, heap=None, config: Confi
     _check_chunks("all_to_all", inp, piece, "inp", "inp")
     _check_chunks("all_to_all", out, piece, "out", "inp")
     _check_disjoint(out, inp)
-    run = _Launch(heap, config, "all_to_all", key, (out, inp))
-    if inp.numel() == 0:
-        _barrier(run, "all_to_all")
+    with _Launch(heap, config, "all_to_all", key, (out, inp)) as run:  # keeps the call's plan if it completes
+        if inp.numel() == 0:
+            _barrier(run, "all_to_all")
+            return out
+        flat = _flat(inp)
+        src = _staged_input(run, heap, flat)
+        run.describe("all_to_all", inp.numel(), src, dtype=inp.dtype, on_heap=(src is flat,), layout=layout)
+        if src is not flat:
+            run.copy(src, flat)
+        words = _words(src)
+        c = words.numel() // w
+        run.run(run.k.gather_kernel, c, words, _words(out), c, w * c, 0, heap.rank * c, c, heap.rank, COUNT=w)
         return out
-    flat = _flat(inp)
-    src = _staged_input(run, heap, flat)
-    run.describe("all_to_all", inp.numel(), src, dtype=inp.dtype, on_heap=(src is flat,), layout=layout)
-    if src is not flat:
-        src.copy_(flat)
-    words = _words(src)
-    c = words.numel() // w
-    run.run(run.k.gather_kernel, c, words, _words(out), c, w * c, 0, heap.rank * c, c, heap.rank, COUNT=w)
-    return out
 
 
 def broadcast(tensor: torch.Tensor, src: int, *, heap=None, config: Config | None = None) -> torch.Tensor:
@@ -620,20 +667,22 @@ def broadcast(tensor: torch.Tensor, src: int, *, heap=None, config: Config | Non
         raise TypeError(f"src must be an int rank, got {src!r}")
     if not 0 <= src < heap.world_size:
         raise ValueError(f"src rank {src} is out of range for world size {heap.world_size}")
-    run = _Launch(heap, config, "broadcast", key, (tensor,))
-    if tensor.numel() == 0:
-        _barrier(run, "broadcast")
+    with _Launch(heap, config, "broadcast", key, (tensor,)) as run:  # keeps the call's plan if it completes
+        if tensor.numel() == 0:
+            _barrier(run, "broadcast")
+            return tensor
+        flat = _flat(tensor)
+        data = flat if _on_heap(heap, tensor) else run.staging("in", flat)
+        run.describe(
+            "broadcast", tensor.numel(), data, dtype=tensor.dtype, on_heap=(data is flat,), src=src, layout=layout
+        )
+        if data is not flat and heap.rank == src:
+            run.copy(data, flat)
+        words = _words(data)
+        n = words.numel()
+        count = 0 if heap.rank == src else 1
+        run.run(run.k.gather_kernel, n, words, _words(tensor), n, n, 0, 0, 0, src, COUNT=count)
         return tensor
-    flat = _flat(tensor)
-    data = flat if _on_heap(heap, tensor) else run.staging("in", flat)
-    run.describe("broadcast", tensor.numel(), data, dtype=tensor.dtype, on_heap=(data is flat,), src=src, layout=layout)
-    if data is not flat and heap.rank == src:
-        data.copy_(flat)
-    words = _words(data)
-    n = words.numel()
-    count = 0 if heap.rank == src else 1
-    run.run(run.k.gather_kernel, n, words, _words(tensor), n, n, 0, 0, 0, src, COUNT=count)
-    return tensor
 
 
 def barrier(*, heap=None, config: Config | None = None) -> None:
@@ -647,7 +696,8 @@ def barrier(*, heap=None, config: Config | None = None) -> None:
     heap = _heap(heap)
     key = _call_key(heap, "barrier", config, (), ())
     if not _replay(heap, key, ()):
-        _barrier(_Launch(heap, config, "barrier", key), "barrier")
+        with _Launch(heap, config, "barrier", key) as run:
+            _barrier(run, "barrier")
 
 
 def _barrier(run: _Launch, name: str) -> None:

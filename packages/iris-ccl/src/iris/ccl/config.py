@@ -56,6 +56,12 @@ class Config:
             raise ValueError(f"num_warps must be a power of two in [1, {MAX_NUM_WARPS}], got {w!r}")
         if not isinstance(self.blocking, bool):
             raise TypeError(f"blocking must be True or False, got {self.blocking!r}")
+        # Configs key the collectives' plans (one hash per call): hash the fields once.
+        fields = (self.variant, self.block_size, self.num_programs, self.num_warps, self.backend, self.blocking)
+        object.__setattr__(self, "_hash", hash(fields))
+
+    def __hash__(self) -> int:
+        return self._hash
 
 
 def _is_int(v) -> bool:

@@ -115,6 +115,10 @@ class Workspace:
             buf = self._staging[role] = grown
         return buf[:nbytes].view(like.dtype).view(like.shape)
 
+    def staging_buffer(self, role: str) -> torch.Tensor | None:
+        """The whole buffer ``staging(role, ...)`` views now (None before the first)."""
+        return self._staging.get(role)
+
     def _reserve(self, role: str, nbytes: int) -> torch.Tensor:
         name = f"{STAGING}.{role}.{len(self._names)}"
         t = self.heap.reserve(name, nbytes)

@@ -10,8 +10,9 @@ A ``notes.md`` in the results folder is quoted at the top of the report.
 No installs: the packages are put on PYTHONPATH from ``packages/*/src``. Ranks sharing one GPU
 need MPS or every cross-rank wait costs a time slice; when run as root with
 ``nvidia-cuda-mps-control`` present and no daemon running, the script starts MPS for the runs
-and stops it afterwards, and the report says whether MPS was on. Each step is one benchmark
-program that prints its table and writes CSV (and a plot where it has one) into ``--results``;
+and stops it afterwards, and the report says whether MPS was on. Each step is one entry of the
+examples' registry (``python -m iris.examples NAME``, one harness: options, timer, environment,
+tables) that prints its tables and writes CSV (and a plot where it has one) into ``--results``;
 the report quotes each figure next to its baseline from the same run.
 """
 
@@ -46,16 +47,16 @@ class Step:
 
 STEPS = [
     Step("heap", "iris.heap: allocation and heap start-up",
-         (sys.executable, "packages/iris-heap/benchmarks/bench_heap.py", "--ranks", "1", "2", "4", "--csv", "{csv}"),
+         (*EXAMPLES, "heap-bench", "--ranks", "1", "2", "4", "--csv", "{csv}"),
          "heap.empty + free pairs (mixed 64 B .. 1 MiB) in microseconds per pair; target <= 5 us. "
          "`init` is the collective start-up of a heap of the given size."),
     Step("rma", "iris.mem.triton: translated remote access against a local copy",
-         (sys.executable, "packages/iris-mem-triton/benchmarks/bench_rma.py", "--ranks", "4", "--csv", "{csv}"),
+         (*EXAMPLES, "rma-bench", "--ranks", "4", "--csv", "{csv}"),
          "Bandwidth (bytes read + written) of remote load/store/get/put/copy through translated "
          "pointers; `ratio_vs_local` is against a plain local Triton copy of the same size in the same "
          "run (target >= 0.97 at >= 64 MiB). Atomic latency is a dependent chain on one program."),
     Step("gluon_rma", "iris.mem.gluon: Gluon remote copy against the Triton backend",
-         (sys.executable, "packages/iris-examples/benchmarks/bench_gluon_rma.py", "--ranks", "2", "--csv", "{csv}"),
+         (*EXAMPLES, "gluon-rma-bench", "--ranks", "2", "--csv", "{csv}"),
          "Gluon put/get/copy bandwidth; `vs_triton` is against iris.mem.triton's same operation in the "
          "same run (target >= 0.97 at >= 64 MiB), `vs_local` against a local copy."),
     Step("all_load", "iris.examples all-load", (*EXAMPLES, "all-load", "--ranks", "4", "--csv", "{csv}"),
@@ -95,7 +96,10 @@ def _env() -> dict:
 
 
 def _mps_running() -> bool:
-    return subprocess.run(["pgrep", "-f", "nvidia-cuda-mps-control"], capture_output=True).returncode == 0
+    """Whether an MPS daemon runs, by the examples' own probe (``iris.examples.environment.mps``)."""
+    probe = "from iris.examples.environment import mps; print(mps())"
+    out = subprocess.run([sys.executable, "-c", probe], env=_env(), cwd=ROOT, capture_output=True, text=True)
+    return out.stdout.strip() == "on"
 
 
 def _start_mps() -> bool:

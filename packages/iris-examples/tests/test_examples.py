@@ -73,3 +73,49 @@ def test_ccl_bench(tmp_path):
     with open(table) as f:
         rows = list(csv.DictReader(f))
     assert {r["check"] for r in rows if r["check"]} == {"ok"}
+
+
+def _csv(path):
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        return reader.fieldnames, list(reader)
+
+
+def test_heap_bench_sweeps_world_sizes(tmp_path):
+    """One launch per world size; the CSV columns are those tools/benchmarks.py renders."""
+    table = tmp_path / "heap.csv"
+    out = _ok(run_cli("heap-bench", "--ranks", "1", "2", "--pairs", "200", "--init-sizes", "1M", "--repeats", "1",
+                      "--csv", str(table)))  # fmt: skip
+    assert "heap.empty+free us/pair" in out and "init ms" in out
+    columns, rows = _csv(table)
+    assert columns == ["allocator_us", "bench", "close_ms", "collective_calls", "device", "full_us", "heap_bytes",
+                       "init_ms", "ranks", "torch_empty_us"]  # fmt: skip
+    assert [(r["bench"], r["ranks"]) for r in rows] == [("alloc_free", "1"), ("alloc_free", "2"), ("init", "1"),
+                                                        ("init", "2")]  # fmt: skip
+    assert {r["collective_calls"] for r in rows if r["bench"] == "alloc_free"} == {"0"}
+
+
+def test_rma_bench(tmp_path):
+    table = tmp_path / "rma.csv"
+    out = _ok(run_cli("rma-bench", "--ranks", "2", "--sizes", "16K", "--iters", "1", "--csv", str(table)))
+    assert "remote atomic latency" in out and "remote atomic throughput" in out
+    columns, rows = _csv(table)
+    assert columns == ["rank", "section", "op", "bytes", "ranks", "ms", "GBps", "ratio_vs_local", "latency_us",
+                       "ops_per_s"]  # fmt: skip
+    assert [r["op"] for r in rows if r["section"] == "bandwidth"] == [
+        "torch copy_", "triton local copy", "remote load", "remote store", "remote get", "remote put", "remote copy"
+    ]  # fmt: skip
+    assert {r["rank"] for r in rows} == {"0"}  # rank 0 measures, the others wait
+
+
+def test_gluon_rma_bench(tmp_path):
+    table = tmp_path / "gluon_rma.csv"
+    out = _ok(run_cli("gluon-rma-bench", "--ranks", "2", "--sizes", "16K", "--iters", "1", "--ops", "put", "copy",
+                      "--csv", str(table)))  # fmt: skip
+    assert "iris.mem.gluon" in out
+    columns, rows = _csv(table)
+    assert columns == ["size_bytes", "op", "impl", "ranks", "seconds", "rank_gbps", "total_gbps", "vs_local",
+                       "vs_triton", "launches", "dtype", "block", "warps", "device", "mps", "triton"]  # fmt: skip
+    assert [(r["impl"], r["op"]) for r in rows] == [(impl, op) for impl in ("gluon", "triton")
+                                                    for op in ("local", "put", "copy")]  # fmt: skip
+    assert all(float(r["vs_local"]) > 0 for r in rows)

@@ -30,3 +30,20 @@ def test_a_failing_rank_is_reported_with_its_rank_and_traceback():
     assert sum(line.startswith("rank 0 also failed") or line.startswith("rank 2 also failed") for line in lines) <= 2
     assert "elastic" not in done.stderr and "SIGTERM" not in done.stderr  # the launcher's logging is silenced
     assert shm_entries() - before == set()
+
+
+def test_one_failure_type_for_the_launcher_and_the_test_runner():
+    """RankFailedError is defined once, in iris.heap.testing (the layer below may not import this
+    one); the launcher re-exports it, with its per-rank failures, and it survives pickling."""
+    import pickle
+
+    from iris.examples import launch
+    from iris.heap import testing
+
+    assert launch.RankFailedError is testing.RankFailedError and launch.RankFailure is testing.RankFailure
+    err = launch.RankFailedError(failures=[launch.RankFailure(1, 1, "ZeroDivisionError: x", "tb"),
+                                           launch.RankFailure(0, 1, "connection closed")])  # fmt: skip
+    assert str(err) == "rank 1 failed (exit code 1): ZeroDivisionError: x"
+    again = pickle.loads(pickle.dumps(err))
+    assert str(again) == str(err) and again.failures == err.failures
+    assert testing.RankFailedError("as the runner raises it").failures == []

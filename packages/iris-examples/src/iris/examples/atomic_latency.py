@@ -96,7 +96,9 @@ def rank_main(args: argparse.Namespace) -> dict:
                     ping_pong_kernel[(1,)](flag, heap.context, peer, base, args.rounds, FIRST=rank < peer, OP=op)
                     base += args.rounds
 
-                seconds = timing.bench(ping_pong, iters=args.iters, warmup=1, device=device)
+                seconds = timing.time_launches(
+                    ping_pong, reps=1, iters=args.iters, warmup=1, device=device, queued=False
+                )
                 rows.append({"section": "latency", "op": f"atomic_{op} ping-pong", "rank": rank, "peer": peer,
                              "ranks": world_size, "latency_us": seconds * 1e6 / args.rounds})  # fmt: skip
             heap.barrier()  # raises WaitTimeoutError if a signal never came
@@ -111,7 +113,7 @@ def rank_main(args: argparse.Namespace) -> dict:
         def contended():
             contended_add_kernel[(args.programs,)](counter, heap.context, 0, REPS=args.reps, LANES=args.lanes)
 
-        seconds = timing.bench(contended, iters=args.iters, warmup=1, device=device)
+        seconds = timing.time_launches(contended, reps=1, iters=args.iters, warmup=1, device=device, queued=False)
         heap.barrier()
         per_call = args.programs * args.lanes * args.reps
         total = calls * per_call * world_size if rank == 0 else 0

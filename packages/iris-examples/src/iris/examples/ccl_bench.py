@@ -11,7 +11,7 @@ Before the timed calls, every collective at every size is checked against torch 
 whose sums are exact in fp32.
 
 Time per call, on a GPU: every rank queues ``--reps`` calls back to back behind a spin and times
-them with CUDA events (``iris.heap.testing.time_launches``, the ranks agreeing on every sample), so
+them with CUDA events (``iris.examples.timing.time_launches``, the ranks agreeing on every sample), so
 the figure is the device time of a stream of collectives, as in nccl-tests' loop of calls, without
 the host's launch path (60-80 us per call on an H200 host) in it; the median of ``--iters`` samples.
 Each sample's calls follow one untimed call that lines the ranks' streams up: the ranks' spins end
@@ -32,7 +32,8 @@ An algorithm that moves more scores lower by that factor. Inputs and outputs liv
 all_gather then pushes (each input read once and stored into every rank's output, the least
 traffic); into an output off the heap it pulls (every rank reads every input: 2*W*n per rank).
 
-(This was ``packages/iris-ccl/benchmarks/bench_ccl.py``, which now calls this module.)
+(This was ``packages/iris-ccl/benchmarks/bench_ccl.py``; a lower layer's benchmark may not import
+this one, so that file is gone and this entry is the benchmark.)
 """
 
 from __future__ import annotations
@@ -46,7 +47,6 @@ import torch
 
 import iris.ccl as ccl
 import iris.heap
-from iris.heap.testing import time_launches
 
 from . import environment, tables, timing, validation
 from .options import positive_int
@@ -92,7 +92,9 @@ def copy_roofline(nbytes: int, device: torch.device, iters: int, reps: int = 1) 
     for turn in range(dist.get_world_size()):
         dist.barrier()
         if turn == dist.get_rank():
-            mine = 2 * nbytes / time_launches(lambda: b.copy_(a), reps=reps, iters=iters, warmup=3, device=device)
+            mine = (
+                2 * nbytes / timing.time_launches(lambda: b.copy_(a), reps=reps, iters=iters, warmup=3, device=device)
+            )
     dist.barrier()
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)  # the UUID names the GPU, whatever CUDA_VISIBLE_DEVICES says
@@ -179,18 +181,6 @@ def _calls(x, out, part, n, cfg, nccl=None):
     }
 
 
-def _max_over_ranks(group):
-    """time_launches' ``agree``: a host all-reduce of max over ``group`` (gloo)."""
-    import torch.distributed as dist
-
-    def agree(value: float) -> float:
-        t = torch.tensor([float(value)], dtype=torch.float64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
-        return t.item()
-
-    return agree
-
-
 def _host_seconds(fn, calls: int, device, agree) -> float:
     """Host seconds per call of ``fn`` issued back to back (one device sync at the end): what a
     small collective costs a program that does not wait for it. The ranks start together."""
@@ -246,10 +236,10 @@ def rank_main(args: argparse.Namespace) -> dict:
     try:
         rank, dev = heap.rank, heap.device
         nccl = None
-        agree = _max_over_ranks(dist.new_group(backend="gloo"))  # whatever backend the default group has
+        agree = timing.max_over_ranks(dist.new_group(backend="gloo"))  # whatever backend the default group has
 
         def timed(fn, iters):  # every rank times the same calls at once
-            return time_launches(fn, reps=args.reps, iters=iters, warmup=3, device=dev, agree=agree)
+            return timing.time_launches(fn, reps=args.reps, iters=iters, warmup=3, device=dev, agree=agree)
 
         if dev.type == "cuda" and torch.cuda.device_count() >= w and w > 1:
             torch.cuda.set_device(dev)
@@ -295,7 +285,7 @@ def rank_main(args: argparse.Namespace) -> dict:
                 cfg = ccl.Config(variant=variant, backend=args.backend)
                 call = lambda y=y, cfg=cfg: ccl.all_reduce(y, config=cfg)  # noqa: E731
                 t = timed(call, max(1, args.latency_iters // args.reps))
-                one = timing.bench(call, iters=args.latency_iters, device=dev)
+                one = timing.time_launches(call, reps=1, iters=args.latency_iters, warmup=3, device=dev, queued=False)
                 host = _host_seconds(call, args.latency_iters, dev, agree)
                 torch_host = _host_seconds(lambda: bare.add_(1), args.latency_iters, dev, agree)
                 row = {"collective": f"all_reduce:{variant}", "ranks": w, "backend": args.backend,

@@ -8,6 +8,14 @@ Triton's interpreter, at small default sizes.
 
 Exit status: 0 when every rank's result matched torch; 1 on a mismatch or a failed rank (its rank
 and traceback are printed); 2 on bad usage.
+
+An example is a module (named in ``iris.examples.registry``) with ``SUMMARY``,
+``add_arguments(parser, gpu=)``, ``rank_main(args)`` (run on every rank; rank 0 gets every
+rank's result) and ``report(results, args)`` (prints, writes ``--csv``/``--plot``, returns the
+exit status), and optionally ``check_arguments(args)`` (raises ValueError on bad usage),
+``BACKENDS`` (the backends it implements; empty: it runs no kernels and takes no ``--backend``)
+and ``SWEEPS_RANKS = True``: ``--ranks`` then takes several world sizes (``--ranks 1 2 4``), the
+ranks are launched once per size, and ``report`` gets ``{world_size: results}``.
 """
 
 from __future__ import annotations
@@ -25,11 +33,15 @@ __all__ = ["main"]
 PROG = "python -m iris.examples"
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
+def _common(parser: argparse.ArgumentParser, *, sweeps: bool = False) -> None:
     g = parser.add_argument_group("common options")
     g.add_argument("--list", action="store_true", help="name every example and exit")
-    g.add_argument("--ranks", type=positive_int, default=None,
-                   help="ranks to start (default 2; under torchrun: its world size)")  # fmt: skip
+    if sweeps:
+        g.add_argument("--ranks", type=positive_int, nargs="+", default=None, metavar="N",
+                       help="world sizes to run, one launch each (default 2; under torchrun: its world size)")  # fmt: skip
+    else:
+        g.add_argument("--ranks", type=positive_int, default=None,
+                       help="ranks to start (default 2; under torchrun: its world size)")  # fmt: skip
     g.add_argument("--backend", choices=BACKENDS, default=None,
                    help="kernel language (default: the example's; a -gluon name fixes gluon)")  # fmt: skip
     g.add_argument("--csv", metavar="PATH", default=None, help="write the result rows to this CSV file")
@@ -72,28 +84,34 @@ def _parse(argv: list[str]) -> tuple[Example, argparse.Namespace, object]:
 
     parser = argparse.ArgumentParser(prog=f"{PROG} {example.name}", description=module.SUMMARY)
     parser.add_argument("name", choices=[example.name], metavar="NAME", help=argparse.SUPPRESS)
-    _common(parser)
+    sweeps = getattr(module, "SWEEPS_RANKS", False)
+    _common(parser, sweeps=sweeps)
     module.add_arguments(parser, gpu=not cpu)
     args = parser.parse_args(argv)
 
     implemented = tuple(getattr(module, "BACKENDS", BACKENDS))
-    if args.backend is None:
+    if not implemented:  # an example that runs no kernels (heap-bench)
+        if args.backend is not None:
+            parser.error(f"{example.name} runs no kernels; leave --backend out")
+    elif args.backend is None:
         args.backend = example.backend
     elif example.fixed_backend and args.backend != example.backend:
         parser.error(f"{example.name} runs the {example.backend} backend; for --backend {args.backend} run "
                      f"{example.name.removesuffix('-gluon')}")  # fmt: skip
-    if args.backend not in implemented:
+    if implemented and args.backend not in implemented:
         parser.error(f"{example.name} implements only the {'/'.join(implemented)} backend, not --backend "
                      f"{args.backend}; leave --backend out")  # fmt: skip
 
     if launch.under_torchrun():
         world_size = int(os.environ.get("WORLD_SIZE", "1"))
-        if args.ranks is not None and args.ranks != world_size:
+        if args.ranks is not None and args.ranks != ([world_size] if sweeps else world_size):
             parser.error(f"--ranks {args.ranks} was asked for, but torchrun started {world_size} ranks; "
                          "leave --ranks out under torchrun")  # fmt: skip
         args.ranks = world_size
     elif args.ranks is None:
         args.ranks = 2
+    if sweeps:  # the world sizes, each once, in the order asked
+        args.ranks = list(dict.fromkeys(args.ranks if isinstance(args.ranks, list) else [args.ranks]))
     args.example = example.name
     args.gpu = not cpu
     check = getattr(module, "check_arguments", None)
@@ -118,11 +136,25 @@ def _print_failures(err: launch.RankFailedError) -> None:
     out.flush()
 
 
+def _at(args: argparse.Namespace, world_size: int) -> argparse.Namespace:
+    """``args`` for one world size of an example that sweeps them."""
+    return argparse.Namespace(**{**vars(args), "ranks": world_size})
+
+
 def _run_torchrun(module, args) -> int:
-    results = launch.run_in_place(module.__name__, args)
+    sweeps = getattr(module, "SWEEPS_RANKS", False)
+    results = launch.run_in_place(module.__name__, _at(args, args.ranks[0]) if sweeps else args)
     if results is None:  # not rank 0
         return 0
-    return module.report(results, args)
+    return module.report({args.ranks[0]: results} if sweeps else results, args)
+
+
+def _run(module, args) -> list | dict:
+    """Launch the ranks: once, or for an example that sweeps world sizes once per size
+    (``{world_size: results}``, in the order asked)."""
+    if not getattr(module, "SWEEPS_RANKS", False):
+        return launch.launch(module.__name__, args, verbose=args.verbose)
+    return {w: launch.launch(module.__name__, _at(args, w), verbose=args.verbose) for w in args.ranks}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -139,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return record(_run_torchrun)(module, args)
     try:
-        results = launch.launch(module.__name__, args, verbose=args.verbose)
+        results = _run(module, args)
     except launch.RankFailedError as e:
         _print_failures(e)
         return 1

@@ -1,4 +1,4 @@
-"""What a benchmark ran on: device, MPS, package versions, date. Printed under every table."""
+"""What a benchmark ran on: device, MPS (the one probe, ``mps``), package versions, date. Printed under every table."""
 
 from __future__ import annotations
 
@@ -6,12 +6,10 @@ import datetime
 import importlib
 import os
 import platform
-import shutil
-import subprocess
 
 import torch
 
-__all__ = ["describe", "summary"]
+__all__ = ["describe", "mps", "summary"]
 
 _PACKAGES = {
     "iris-heap": "iris.heap",
@@ -22,15 +20,27 @@ _PACKAGES = {
 }
 
 
-def _mps() -> str:
-    """``"on"`` when an NVIDIA MPS control daemon runs on this host, else ``"off"``."""
-    if shutil.which("pgrep") is None:
-        return "unknown (no pgrep)"
+def mps() -> str:
+    """``"on"`` when an NVIDIA MPS daemon (control or server) runs on this host, ``"off"`` when none
+    does, ``"unknown"`` when the process table cannot be read. The one MPS probe of the examples,
+    the benchmarks and ``tools/benchmarks.py``.
+
+    Reads process names from ``/proc`` (``nvidia-cuda-mps-control`` and ``-server`` both show as
+    ``nvidia-cuda-mps``, the kernel's 15 characters): no external tool, and no false match on a
+    shell whose command line merely mentions MPS.
+    """
     try:
-        out = subprocess.run(["pgrep", "-f", "nvidia-cuda-mps"], capture_output=True, text=True, timeout=5)
-    except (OSError, subprocess.SubprocessError):
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
         return "unknown"
-    return "on" if out.stdout.strip() else "off"
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                if f.read().strip().startswith("nvidia-cuda-mps"):
+                    return "on"
+        except OSError:  # the process ended, or is not ours to read
+            continue
+    return "off"
 
 
 def _version(dist: str, module: str) -> str:
@@ -62,7 +72,7 @@ def describe(*, gpu: bool | None = None) -> dict:
         triton_version = "not installed"
     info = {
         "device": torch.cuda.get_device_name(0) if gpu else "CPU (Triton interpreter)",
-        "mps": _mps() if gpu else "n/a",
+        "mps": mps() if gpu else "n/a",
         "torch": torch.__version__,
         "triton": triton_version,
         "python": platform.python_version(),

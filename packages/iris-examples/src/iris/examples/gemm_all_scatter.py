@@ -488,7 +488,9 @@ def _one_size(args, heap, shape, tiles, cfg, nccl, sharing):
             timed["nccl_unfused"] = lambda: unfused(nccl)
         for name, fn in timed.items():
             heap.barrier()
-            row[f"{name}_ms"] = timing.bench(fn, iters=args.iters, warmup=args.warmup, device=dev) * 1e3
+            row[f"{name}_ms"] = (
+                timing.time_launches(fn, reps=1, iters=args.iters, warmup=args.warmup, device=dev, queued=False) * 1e3
+            )
         heap.barrier()  # surfaces any device-side timeout from the timed loops
     heap.free(c)
     heap.free(part)

@@ -8,7 +8,8 @@ free localhost port, no restarts) and returns the per-rank results in rank order
 Each rank joins torch.distributed (gloo, from the launcher's ``env://`` variables) before the
 example runs, and the results are gathered to rank 0 with ``gather_object``. A rank that raises
 ends the run: the launcher stops the other ranks and ``launch`` raises ``RankFailedError`` with
-the failing rank and its remote traceback.
+the failing rank and its remote traceback (the one failure type of Iris, ``iris.heap.testing``'s,
+whose test runner raises it too; re-exported here).
 """
 
 from __future__ import annotations
@@ -23,7 +24,10 @@ import time
 import traceback
 import uuid
 from argparse import Namespace
-from dataclasses import dataclass
+
+# One failure type for every way Iris starts ranks, defined in the layer below (whose test runner
+# raises it too, and which may not import this package) and re-exported here.
+from iris.heap.testing import RankFailedError, RankFailure
 
 __all__ = [
     "RankFailedError",
@@ -35,25 +39,6 @@ __all__ = [
     "run_in_place",
     "under_torchrun",
 ]
-
-
-@dataclass(frozen=True)
-class RankFailure:
-    """One failed rank: its global ``rank``, ``exitcode`` and what it raised (``message``, ``traceback``)."""
-
-    rank: int
-    exitcode: int
-    message: str
-    traceback: str
-
-
-class RankFailedError(RuntimeError):
-    """One or more ranks failed; ``failures`` lists them, the first to fail first."""
-
-    def __init__(self, failures: list[RankFailure]):
-        self.failures = failures
-        first = failures[0]
-        super().__init__(f"rank {first.rank} failed (exit code {first.exitcode}): {first.message}")
 
 
 def under_torchrun() -> bool:
@@ -201,7 +186,7 @@ def launch(module_name: str, args: Namespace, *, verbose: bool = False) -> list:
     try:
         outputs = elastic_launch(config, _rank_entry)(module_name, args)
     except ChildFailedError as e:
-        raise RankFailedError(_failures(folder, e)) from None
+        raise RankFailedError(failures=_failures(folder, e)) from None
     finally:
         if previous is None:
             os.environ.pop(_FAILURE_DIR, None)

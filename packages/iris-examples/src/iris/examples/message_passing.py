@@ -160,7 +160,7 @@ def rank_main(args: argparse.Namespace) -> dict:
         expected = payload(from_rank, n, args.dtype)
         mismatches = [validation.compare(out, expected, rank=rank, what=f"blocks received from rank {from_rank}")]
         out.zero_()
-        seconds = timing.bench(one_round, iters=args.iters, warmup=1, device=heap.device)
+        seconds = timing.time_launches(one_round, reps=1, iters=args.iters, warmup=1, device=heap.device, queued=False)
         heap.barrier()
         mismatches.append(
             validation.compare(out, expected, rank=rank, what=f"blocks received from rank {from_rank}, timed rounds")

@@ -14,15 +14,16 @@ BACKENDS = ("triton", "gluon")
 @dataclass(frozen=True)
 class Example:
     """An example: its CLI ``name``, the ``module`` that implements it, its default ``backend``
-    and a one-line ``summary`` (the module's ``SUMMARY``).
+    (None for one that runs no kernels) and a one-line ``summary`` (the module's ``SUMMARY``).
 
     A name ending in ``-gluon`` fixes the backend to gluon. A module may declare ``BACKENDS``
-    (the backends it implements; default both).
+    (the backends it implements; default both; empty for none). What a module provides is
+    described in ``iris.examples.cli``.
     """
 
     name: str
     module: str
-    backend: str
+    backend: str | None
     summary: str
 
     @property
@@ -87,6 +88,24 @@ EXAMPLES: dict[str, Example] = _examples(
         "iris.examples.ccl_bench",
         "triton",
         "iris.ccl collectives against the torch copy roofline (and NCCL where every rank has a GPU)",
+    ),
+    Example(
+        "heap-bench",
+        "iris.examples.heap_bench",
+        None,
+        "iris.heap allocation cost per alloc+free pair (vs torch.empty) and heap init time, per world size",
+    ),
+    Example(
+        "rma-bench",
+        "iris.examples.rma_bench",
+        "triton",
+        "iris.mem.triton remote load/store/get/put/copy bandwidth vs a local copy, remote atomic latency and throughput",
+    ),
+    Example(
+        "gluon-rma-bench",
+        "iris.examples.gluon_rma_bench",
+        "gluon",
+        "iris.mem.gluon remote put/get/copy bandwidth vs a local Gluon copy and the same ops in iris.mem.triton",
     ),
 )
 

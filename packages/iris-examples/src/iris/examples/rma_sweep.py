@@ -108,7 +108,9 @@ def run(args: argparse.Namespace, op: Operation) -> dict:
                 heap.barrier()
                 times = {}
                 for name, fn in cases.items():
-                    times[name] = timing.bench(fn, iters=args.iters, warmup=1, device=device)
+                    times[name] = timing.time_launches(
+                        fn, reps=1, iters=args.iters, warmup=1, device=device, queued=False
+                    )
                     heap.barrier()  # every rank's stores are in, and device-side errors surface
                 # row j of dst holds rank j's buffer: all-load read it from rank j, all-store got it from rank j
                 expected = torch.cat([payload(j, n) for j in range(world_size)])

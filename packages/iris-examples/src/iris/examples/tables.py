@@ -54,11 +54,13 @@ def print_table(title: str, rows: Sequence[dict], columns: Sequence[Column], *, 
         out.print(caption, style="dim", highlight=False)
 
 
-def write_csv(path: str | os.PathLike, rows: Sequence[dict]) -> None:
-    """Write ``rows`` to ``path`` as CSV, one column per key that any row has (first-seen order)."""
-    keys: dict[str, None] = {}
-    for row in rows:
-        keys.update(dict.fromkeys(row))
+def write_csv(path: str | os.PathLike, rows: Sequence[dict], columns: Sequence[str] | None = None) -> None:
+    """Write ``rows`` to ``path`` as CSV: the ``columns`` given (keys a row lacks are left empty,
+    keys not named are an error), or one column per key that any row has, in first-seen order."""
+    keys: dict[str, None] = dict.fromkeys(columns or ())
+    if columns is None:
+        for row in rows:
+            keys.update(dict.fromkeys(row))
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(keys), restval="")
         writer.writeheader()

@@ -9,8 +9,11 @@ calls, so a test suite pays the few seconds of process start-up once per world s
 per test. A world whose call failed is torn down and started afresh on its next call, so a
 rank stuck in a collective never leaks into the next test.
 
-:func:`time_launches` is the one timer the layers' benchmarks share: the device time of kernel
-launches queued back to back, without the host's launch path in the figure.
+A rank that dies, times out or raises what cannot be sent back raises :class:`RankFailedError`,
+the one failure type of every way Iris starts ranks (the examples' launcher raises it too).
+
+This module is the test runner and nothing else: the benchmarks' timer is
+``iris.examples.timing``, so the layer every user installs carries no private torch API.
 """
 
 from __future__ import annotations
@@ -21,18 +24,51 @@ import pickle
 import queue
 import signal
 import socket
-import statistics
 import time
 import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass
 
-__all__ = ["run", "World", "WorldPool", "RankFailedError", "RemoteTraceback", "time_launches"]
+__all__ = ["run", "World", "WorldPool", "RankFailedError", "RankFailure", "RemoteTraceback"]
 
 DEFAULT_TIMEOUT = float(os.environ.get("IRIS_TEST_TIMEOUT", 900))
 _GRACE = 5.0  # seconds the other ranks get to report once one rank has failed
 
 
+@dataclass(frozen=True)
+class RankFailure:
+    """One failed rank: its global ``rank``, ``exitcode`` (None while the process still ran: it
+    raised, or did not finish in time) and what it reported (``message``, ``traceback``)."""
+
+    rank: int
+    exitcode: int | None
+    message: str
+    traceback: str = ""
+
+
 class RankFailedError(RuntimeError):
-    """A rank failed with an exception that could not be sent back, died, or timed out."""
+    """One or more ranks failed: died, timed out, or raised what could not be sent back.
+
+    ``failures`` lists the failed ranks (:class:`RankFailure`), the first to fail first. Left
+    out, the message says how the first of them failed.
+
+    The one definition for every way Iris starts ranks: this runner raises it, and so does the
+    examples' launcher (``iris.examples.launch`` re-exports it). It lives here, in the lowest
+    layer, because a layer never imports one above it: iris-heap cannot import iris-examples,
+    while iris-examples depends on iris-heap anyway.
+    """
+
+    def __init__(self, message: str | None = None, failures: Sequence[RankFailure] = ()):
+        self.failures = list(failures)
+        if message is None and self.failures:
+            first = self.failures[0]
+            message = f"rank {first.rank} failed (exit code {first.exitcode}): {first.message}"
+        elif message is None:
+            message = "a rank failed"
+        super().__init__(message)
+
+    def __reduce__(self):  # keeps ``failures`` (and notes) across pickling
+        return type(self), (self.args[0], self.failures), self.__dict__
 
 
 class RemoteTraceback(Exception):
@@ -142,9 +178,7 @@ class World:
             if now > deadline:
                 missing = sorted(set(range(self.world_size)) - set(results))
                 if failure is None:
-                    failure = (missing[0], RankFailedError(
-                        f"ranks {missing} of {self.world_size} did not finish {_name(fn)} within "
-                        f"{timeout or DEFAULT_TIMEOUT:g} s"))  # fmt: skip
+                    failure = (missing[0], _timed_out(missing, self.world_size, fn, timeout or DEFAULT_TIMEOUT))
                 break
             try:
                 task_id, rank, status, body = self._results.get(timeout=0.05)
@@ -153,7 +187,7 @@ class World:
                     if r not in results and p.exitcode is not None:
                         results[r] = None
                         if failure is None:
-                            failure = (r, RankFailedError(_death(r, p.exitcode, fn)))
+                            failure = (r, _died(r, p.exitcode, fn))
                             deadline = min(deadline, now + _GRACE)
                 continue
             if task_id != self._task:
@@ -170,7 +204,7 @@ class World:
             dead = [r for r, p in enumerate(self._procs) if p.exitcode is not None and p.exitcode != 0]
             if dead and not isinstance(failure[1], RankFailedError):
                 cause = failure
-                failure = (dead[0], RankFailedError(_death(dead[0], self._procs[dead[0]].exitcode, fn)))
+                failure = (dead[0], _died(dead[0], self._procs[dead[0]].exitcode, fn))
                 failure[1].add_note(f"rank {cause[0]} then failed with {type(cause[1]).__name__}: {cause[1]}")
             self.close(force=True)
             raise failure[1]
@@ -229,9 +263,15 @@ def _name(fn) -> str:
     return getattr(fn, "__qualname__", repr(fn))
 
 
-def _death(rank: int, exitcode: int, fn) -> str:
+def _timed_out(missing: list[int], world_size: int, fn, seconds: float) -> RankFailedError:
+    message = f"ranks {missing} of {world_size} did not finish {_name(fn)} within {seconds:g} s"
+    return RankFailedError(message, [RankFailure(r, None, message) for r in missing])
+
+
+def _died(rank: int, exitcode: int, fn) -> RankFailedError:
     how = f"was killed by signal {signal.Signals(-exitcode).name}" if exitcode < 0 else f"exited with code {exitcode}"
-    return f"rank {rank} {how} while running {_name(fn)}"
+    message = f"rank {rank} {how} while running {_name(fn)}"
+    return RankFailedError(message, [RankFailure(rank, exitcode, message)])
 
 
 def _rebuild(rank: int, world_size: int, blob, tb: str) -> BaseException:
@@ -242,103 +282,4 @@ def _rebuild(rank: int, world_size: int, blob, tb: str) -> BaseException:
         if hasattr(exc, "add_note"):
             exc.add_note(where)
         return exc
-    return RankFailedError(f"{where}:\n{tb}")
-
-
-# -- timing ------------------------------------------------------------------------------------------
-
-_spin_cycles_per_s: dict = {}
-
-
-def _spin_rate(torch, device) -> float:
-    """Cycles per second of ``torch.cuda._sleep`` on ``device`` (measured once per process)."""
-    if device not in _spin_cycles_per_s:
-        cycles = 2_000_000
-        torch.cuda._sleep(cycles)  # first launch loads the kernel
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        torch.cuda._sleep(cycles)
-        end.record()
-        end.synchronize()
-        _spin_cycles_per_s[device] = cycles / (start.elapsed_time(end) * 1e-3)
-    return _spin_cycles_per_s[device]
-
-
-def time_launches(fn, *, reps: int = 5, iters: int = 10, warmup: int = 1, device=None, agree=None) -> float:
-    """Median seconds per call of ``fn()``: device time of ``reps`` calls queued back to back.
-
-    On a CUDA device each of the ``iters`` samples first queues a spinning kernel long enough for
-    the host to enqueue all ``reps`` calls behind it, then times those calls with CUDA events: the
-    GPU runs them back to back, so the figure is what the kernels take, not how fast the host can
-    launch them (a Triton launch costs tens of microseconds of host time, more than a 64 MiB copy
-    takes on an H200). A sample whose spin ran out before the last call was queued is dropped and
-    the spin doubled. The calls must not synchronize with the host. ``device`` picks the clock
-    (CUDA events or ``perf_counter``); left out, CUDA when this process has initialized CUDA. On
-    CPU each sample is the wall time of ``reps`` calls.
-
-    ``fn`` may be a collective that every rank times at once: pass ``agree``, a callable that
-    every rank calls with a float and that returns the largest of the ranks' values (a host
-    all-reduce of max, e.g. over a gloo group). The ranks then start every sample together with
-    the same spin and drop or keep each sample together, so all of them make the same calls.
-    Each sample then also makes one untimed call of ``fn`` between the spin and the timed calls:
-    the ranks' spins end at different times (they start when each host launches them), and a
-    collective's first call waits for the last rank, so that wait would be spread over the timed
-    calls. After the untimed call the ranks' streams are lined up by its own synchronization, and
-    the samples time what a steady stream of the collective takes.
-    """
-    import torch
-
-    for name, value, least in (("reps", reps, 1), ("iters", iters, 1), ("warmup", warmup, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
-    if agree is not None and not callable(agree):
-        raise TypeError(f"agree must be a callable (a max over the ranks) or None, got {agree!r}")
-    if device is None:
-        cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
-        device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
-    device = torch.device(device)
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
-    for _ in range(warmup):
-        fn()
-    samples = []
-    if device.type != "cuda":
-        for _ in range(iters):
-            t0 = time.perf_counter()
-            for _ in range(reps):
-                fn()
-            samples.append((time.perf_counter() - t0) / reps)
-        return statistics.median(samples)
-    with torch.cuda.device(device):
-        torch.cuda.synchronize()
-        rate = _spin_rate(torch, device)
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            fn()
-        spin = 2 * (time.perf_counter() - t0) + 1e-4  # seconds: twice what queueing took, and then some
-        torch.cuda.synchronize()
-        while len(samples) < iters:
-            if agree is not None:
-                spin = float(agree(spin))  # also lines the ranks up for this sample
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            torch.cuda._sleep(int(spin * rate))
-            if agree is not None:
-                fn()  # lines the ranks' streams up (see above); not timed
-            start.record()
-            for _ in range(reps):
-                fn()
-            end.record()
-            covered = not start.query()  # the spin still runs: every call was queued before any ran
-            end.synchronize()
-            if agree is not None:
-                covered = float(agree(0.0 if covered else 1.0)) == 0.0  # kept only if every rank's was
-            if covered:
-                samples.append(start.elapsed_time(end) * 1e-3 / reps)
-                continue
-            if spin > 1.0:
-                raise RuntimeError(
-                    f"time_launches: the host could not queue {reps} calls within a {spin:.1f} s spin "
-                    "(does fn synchronize with the host?)"
-                )
-            spin *= 2
-    return statistics.median(samples)
+    return RankFailedError(f"{where}:\n{tb}", [RankFailure(rank, None, where, tb.strip())])

@@ -1,34 +1,50 @@
-"""Bandwidth of translated remote load/store/get/put/copy against a local Triton copy and
-torch's copy_, and latency/throughput of remote atomics. A program, not a test.
+"""rma-bench: iris.mem.triton's translated remote load/store/get/put/copy against a local copy, and
+the latency and throughput of remote atomics.
 
-    python bench_rma.py --ranks 2 [--csv out.csv]          # spawns the ranks itself
-    torchrun --nproc-per-node 2 bench_rma.py [--csv out.csv]
+    python -m iris.examples rma-bench --ranks 4 [--sizes 1M 64M 1G] [--csv rma.csv]
 
-Several ranks may share one GPU (CUDA IPC). Without a GPU it runs on CPU ranks under Triton's
-interpreter at tiny sizes, only to show that it runs. By default ranks take turns (``--turns``):
-one rank measures while the others wait, so the figures show what translation costs, not how
-processes share the GPU; ``--concurrent`` runs every rank at once. Bandwidth counts the bytes
-read plus the bytes written.
+Bandwidth: for each size, ``torch.Tensor.copy_``, a plain local Triton copy, and the same copy
+through translated pointers (``ctx.load`` from the next rank, ``ctx.store`` / ``put`` into it,
+``get`` from it, ``copy`` from the next rank into the previous one); ``vs local`` is against
+the local Triton copy of the same size in the same run, and bandwidth counts the bytes read plus
+the bytes written. On a GPU each sample is ``--reps`` launches queued back to back behind a spin
+(``iris.examples.timing.time_launches``: device time, not the host's launch path); on CPU ranks
+the wall time of one launch. Atomic latency: a dependent chain of ``--atomic-chain`` remote
+atomics in one program. Atomic throughput: every lane of every program adds 1 to the next
+rank's counters (distinct words, or one word).
+
+By default ranks take turns: one rank measures while the others wait (``--all-turns``: every rank
+takes a turn; otherwise rank 0 alone), so the figures show what translation costs, not how
+processes share the GPU; ``--concurrent`` runs every rank at once. Several ranks may share one
+GPU (CUDA IPC; run them under MPS). On CPU ranks the sizes are tiny: it shows that it runs.
+
+(This was ``packages/iris-mem-triton/benchmarks/bench_rma.py``.)
 """
 
+from __future__ import annotations
+
 import argparse
-import csv
-import os
-import sys
 
 import torch
+import triton
+import triton.language as tl
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # before any kernel is defined
+import iris.heap
+from iris.mem.triton import Context
 
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
+from . import environment, tables, timing
+from .options import DTYPES, positive_int
+from .units import format_bytes, size_type
 
-import iris.heap  # noqa: E402
-from iris.heap.testing import time_launches  # noqa: E402
-from iris.mem.triton import Context  # noqa: E402
+__all__ = ["SUMMARY", "add_arguments", "check_arguments", "rank_main", "report"]
+
+SUMMARY = (
+    "iris.mem.triton remote load/store/get/put/copy bandwidth vs a local copy, remote atomic latency and throughput"
+)
+BACKENDS = ("triton",)
 
 MiB = 1 << 20
+CSV_COLUMNS = ["rank", "section", "op", "bytes", "ranks", "ms", "GBps", "ratio_vs_local", "latency_us", "ops_per_s"]
 
 
 # -- kernels ---------------------------------------------------------------------------------------
@@ -101,24 +117,50 @@ def atomic_throughput_kernel(counters, context_ptr, REPS: tl.constexpr, LANES: t
         ctx.atomic_add(ptrs, 1, peer, sem=SEM)
 
 
+# -- options ---------------------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser, *, gpu: bool) -> None:
+    sizes = ["1M", "4M", "16M", "64M", "256M", "1G"] if gpu else ["64K", "256K"]
+    parser.add_argument("--sizes", nargs="+", type=size_type, default=[size_type(s) for s in sizes],
+                        help=f"bytes per buffer (default {' '.join(sizes)})")  # fmt: skip
+    parser.add_argument("--dtype", choices=DTYPES, default="float32")
+    parser.add_argument("--block", type=positive_int, default=4096 if gpu else 1024,
+                        help="elements per program, a power of two")  # fmt: skip
+    parser.add_argument("--num-warps", type=positive_int, default=8)
+    parser.add_argument("--index", choices=("int32", "int64"), default="int32",
+                        help="offset arithmetic of the copy kernels (int32 reaches 2**31 elements)")  # fmt: skip
+    parser.add_argument("--iters", type=positive_int, default=20,
+                        help="timed samples per bandwidth case (a tenth of it on CPU ranks)")  # fmt: skip
+    parser.add_argument("--reps", type=positive_int, default=5, help="back-to-back launches per bandwidth sample (GPU)")
+    parser.add_argument("--atomic-chain", type=positive_int, default=2000, help="dependent atomics per latency kernel")
+    parser.add_argument("--atomic-programs", type=positive_int, default=264)
+    parser.add_argument("--atomic-lanes", type=positive_int, default=1024, help="a power of two")
+    parser.add_argument("--concurrent", action="store_true", help="every rank measures at once")
+    parser.add_argument("--all-turns", action="store_true", help="every rank takes a turn (default: rank 0 only)")
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    for name in ("block", "atomic_lanes"):
+        value = getattr(args, name)
+        if value & (value - 1):
+            raise ValueError(f"--{name.replace('_', '-')} must be a power of two, got {value}")
+    args.sizes = sorted(args.sizes)
+    elem = torch.empty((), dtype=getattr(torch, args.dtype)).element_size()
+    if args.index == "int32" and args.sizes[-1] // elem + args.block > 2**31:
+        raise ValueError(f"--index int32 reaches 2**31 elements; {args.sizes[-1]} bytes needs --index int64")
+    args.heap_size = 2 * args.sizes[-1] + 4 * args.atomic_programs * args.atomic_lanes + 64 * MiB
+
+
 # -- measurement -----------------------------------------------------------------------------------
 
 
 def _time_ms(fn, device, iters, warmup, reps=1):
     """Median milliseconds per launch of fn(): on a GPU the device time of ``reps`` launches
-    queued back to back (``iris.heap.testing.time_launches``), so neither the host's launch path
-    nor an idle GPU between launches is counted; on CPU the wall time of one launch."""
+    queued back to back (``iris.examples.timing.time_launches``), so neither the host's launch
+    path nor an idle GPU between launches is counted; on CPU the wall time of one launch."""
     gpu = device.type == "cuda"
-    return 1e3 * time_launches(fn, reps=reps if gpu else 1, iters=iters, warmup=warmup, device=device)
-
-
-def _mps_state(device):
-    if device.type != "cuda":
-        return "n/a (CPU ranks)"
-    pipe = os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")
-    if os.path.exists(os.path.join(pipe, "control")):
-        return f"active (control pipe in {pipe})"
-    return "not detected (unknown: no MPS control pipe found)"
+    return 1e3 * timing.time_launches(fn, reps=reps if gpu else 1, iters=iters, warmup=warmup, device=device)
 
 
 def _buffers(rank, heap, opts):
@@ -191,9 +233,11 @@ def _measure(rank, world_size, opts, heap, src, dst, counters):
     return rows
 
 
-def bench(rank, world_size, opts):
+def rank_main(args: argparse.Namespace) -> dict:
+    opts = vars(args)
     heap = iris.heap.init(opts["heap_size"])
     try:
+        rank, world_size = heap.rank, heap.world_size
         buffers = _buffers(rank, heap, opts)
         rows = None
         if opts["concurrent"]:
@@ -208,110 +252,50 @@ def bench(rank, world_size, opts):
                 heap.barrier()
         for t in buffers:
             heap.free(t)
-        return {"rank": rank, "device": str(heap.device), "mps": _mps_state(heap.device), "rows": rows}
+        return {"rank": rank, "device": str(heap.device), "rows": rows}
     finally:
         heap.close()
-
-
-def _rank_main(rank, world_size, opts):
-    return bench(rank, world_size, opts)
 
 
 # -- reporting -------------------------------------------------------------------------------------
 
 
-def _human(nbytes):
-    return f"{nbytes // MiB} MiB" if nbytes >= MiB else f"{nbytes // 1024} KiB"
-
-
-def report(results, opts, out=sys.stdout):
+def report(results: list, args: argparse.Namespace) -> int:
     first = next(r for r in results if r["rows"])
-    device = first["device"]
-    name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU (Triton interpreter)"
-    print(f"iris.mem.triton RMA benchmark: {len(results)} ranks on {name} ({device}); MPS: {first['mps']}", file=out)
-    print(f"triton {triton.__version__}, torch {torch.__version__}, dtype {opts['dtype']}, BLOCK {opts['block']}, "
-          f"num_warps {opts['num_warps']}, {opts['index']} offsets, {'concurrent ranks' if opts['concurrent'] else 'ranks take turns'}, "
-          f"bandwidth: median of {opts['iters']} samples, each {opts['reps']} launches queued back to back behind a spin (device time)", file=out)  # fmt: skip
+    env = environment.describe(gpu=first["device"].startswith("cuda"))
     rows = [dict(row, rank=r["rank"]) for r in results if r["rows"] for row in r["rows"]]
+    mode = "concurrent ranks" if args.concurrent else "ranks take turns"
+    setup = (f"iris.mem.triton RMA benchmark: {len(results)} ranks on {first['device']}, {args.dtype}, BLOCK {args.block}, "
+             f"num_warps {args.num_warps}, {args.index} offsets, {mode}")  # fmt: skip
     bw = [r for r in rows if r["section"] == "bandwidth"]
     if bw:
-        print(f"\n{'rank':>4} {'size':>9} {'op':<18} {'ms':>10} {'GB/s':>9} {'vs local':>9}", file=out)
-        for r in bw:
-            print(
-                f"{r['rank']:>4} {_human(r['bytes']):>9} {r['op']:<18} {r['ms']:>10.4f} {r['GBps']:>9.3g} {r['ratio_vs_local']:>9.3f}",
-                file=out,
-            )
+        tables.print_table(
+            setup,
+            bw,
+            [("rank", "rank", "d"), ("bytes", "size", format_bytes), ("op", "op", ""), ("ms", "ms", ".4f"),
+             ("GBps", "GB/s", ".3g"), ("ratio_vs_local", "vs local", ".3f")],
+            caption=f"bandwidth: bytes read + written; median of {args.iters} samples, each {args.reps} launches queued "
+            "back to back behind a spin (device time; on CPU ranks one launch). " + environment.summary(env),
+        )  # fmt: skip
     lat = [r for r in rows if r["section"] == "atomic latency"]
     if lat:
-        print(f"\n{'rank':>4} {'remote atomic (dependent chain)':<36} {'latency us':>11}", file=out)
-        for r in lat:
-            print(f"{r['rank']:>4} {r['op']:<36} {r['latency_us']:>11.3f}", file=out)
-    thr = [r for r in rows if r["section"] == "atomic throughput"]
+        tables.print_table(
+            "remote atomic latency",
+            lat,
+            [("rank", "rank", "d"), ("op", "remote atomic (dependent chain)", ""), ("latency_us", "latency us", ".3f")],
+        )
+    thr = [dict(r, Mops=r["ops_per_s"] / 1e6) for r in rows if r["section"] == "atomic throughput"]
     if thr:
-        print(f"\n{'rank':>4} {'remote atomic throughput':<44} {'Mops/s':>10}", file=out)
-        for r in thr:
-            print(f"{r['rank']:>4} {r['op']:<44} {r['ops_per_s'] / 1e6:>10.2f}", file=out)
-    if opts["csv"]:
-        fields = ["rank", "section", "op", "bytes", "ranks", "ms", "GBps", "ratio_vs_local", "latency_us", "ops_per_s"]
-        with open(opts["csv"], "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=fields)
-            w.writeheader()
-            for r in rows:
-                w.writerow({k: r.get(k, "") for k in fields} | {"section": r["section"]})
-        print(f"\nwrote {opts['csv']}", file=out)
-
-
-def _sizes(text):
-    return [int(float(s) * MiB) for s in text.split(",")]
-
-
-def parse(argv=None):
-    gpu = torch.cuda.is_available()
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--ranks", type=int, default=2, help="ranks to spawn when not started by torchrun")
-    p.add_argument("--sizes", type=_sizes, default=None,
-                   help="comma-separated MiB (default 1,4,16,64,256,1024 on GPU; 0.0625,0.25 on CPU)")  # fmt: skip
-    p.add_argument("--dtype", default="float32")
-    p.add_argument("--block", type=int, default=4096 if gpu else 1024)
-    p.add_argument("--num-warps", type=int, default=8)
-    p.add_argument("--index", choices=("int32", "int64"), default="int32",
-                   help="offset arithmetic of the copy kernels (int32 reaches 2**31 elements)")  # fmt: skip
-    p.add_argument("--iters", type=int, default=20)
-    p.add_argument("--reps", type=int, default=5, help="back-to-back launches per bandwidth sample (GPU)")
-    p.add_argument("--atomic-chain", type=int, default=2000, help="dependent atomics per latency kernel")
-    p.add_argument("--atomic-programs", type=int, default=264)
-    p.add_argument("--atomic-lanes", type=int, default=1024)
-    p.add_argument("--concurrent", action="store_true", help="every rank measures at once")
-    p.add_argument("--all-turns", action="store_true", help="every rank takes a turn (default: rank 0 only)")
-    p.add_argument("--csv", default=None, help="write the rows to this CSV file")
-    opts = vars(p.parse_args(argv))
-    for name in ("iters", "reps"):
-        if opts[name] < 1:
-            p.error(f"--{name} must be at least 1, got {opts[name]}")
-    if opts["sizes"] is None:
-        opts["sizes"] = [s * MiB for s in (1, 4, 16, 64, 256, 1024)] if gpu else [64 * 1024, 256 * 1024]
-    opts["sizes"] = sorted(opts["sizes"])
-    elem = torch.empty((), dtype=getattr(torch, opts["dtype"])).element_size()
-    if opts["index"] == "int32" and opts["sizes"][-1] // elem + opts["block"] > 2**31:
-        p.error(f"--index int32 reaches 2**31 elements; {opts['sizes'][-1]} bytes needs --index int64")
-    opts["heap_size"] = 2 * opts["sizes"][-1] + 4 * opts["atomic_programs"] * opts["atomic_lanes"] + 64 * MiB
-    return opts
-
-
-def main(argv=None):
-    opts = parse(argv)
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # started by torchrun
-        rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-        result = bench(rank, world_size, opts)
-        import torch.distributed as dist
-
-        results = [None] * world_size
-        dist.all_gather_object(results, result)
-        if rank == 0:
-            report(results, opts)
-    else:
-        report(iris.heap.testing.run(_rank_main, opts["ranks"], opts), opts)
-
-
-if __name__ == "__main__":
-    main()
+        tables.print_table(
+            "remote atomic throughput",
+            thr,
+            [("rank", "rank", "d"), ("op", "remote atomic throughput", ""), ("Mops", "Mops/s", ".2f")],
+        )
+    if args.csv:
+        tables.write_csv(args.csv, rows, columns=CSV_COLUMNS)
+        print(f"wrote {args.csv}")
+    if args.plot and bw:
+        tables.plot(args.plot, bw, x="bytes", y="GBps", series=("op", "rank") if len({r["rank"] for r in bw}) > 1 else "op",
+                    title=f"iris.mem.triton remote access, {len(results)} ranks", xlabel="bytes per buffer",
+                    ylabel="GB/s (read + written)")  # fmt: skip
+    return 0

@@ -1,21 +1,28 @@
-"""iris.heap.testing.time_launches: the timer the layers' benchmarks share."""
+"""iris.examples.timing.time_launches: the one timer of the examples and benchmarks.
+
+(Moved with the timer from iris-heap's tests.)
+"""
 
 import time
 
 import pytest
 import torch
 
-from iris.heap.testing import time_launches
+from iris.examples.timing import max_over_ranks, time_launches
+from iris.heap.testing import run
+
+gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
-def test_cpu_time_is_wall_time_per_call():
+@pytest.mark.parametrize("queued", [True, False])
+def test_cpu_time_is_wall_time_per_call(queued):
     calls = []
 
     def fn():
         calls.append(None)
         time.sleep(0.002)
 
-    t = time_launches(fn, reps=3, iters=2, warmup=1, device="cpu")
+    t = time_launches(fn, reps=3, iters=2, warmup=1, device="cpu", queued=queued)
     assert len(calls) == 1 + 3 * 2
     assert 0.0019 < t < 0.05
 
@@ -26,7 +33,18 @@ def test_bad_counts_are_refused(kwargs):
         time_launches(lambda: None, device="cpu", **kwargs)
 
 
+def test_agree_must_be_callable():
+    with pytest.raises(TypeError, match="agree"):
+        time_launches(lambda: None, device="cpu", agree=3)
+
+
+def test_agree_is_for_queued_samples_only():
+    with pytest.raises(ValueError, match="queued=False"):
+        time_launches(lambda: None, device="cpu", agree=lambda v: v, queued=False)
+
+
 @pytest.mark.gpu
+@gpu
 def test_gpu_time_is_device_time_not_launch_time():
     """Calls whose host side takes 1 ms and whose kernel takes microseconds: queued behind the
     spin, the figure is the kernels' time, not the host's."""
@@ -42,6 +60,21 @@ def test_gpu_time_is_device_time_not_launch_time():
 
 
 @pytest.mark.gpu
+@gpu
+def test_gpu_one_call_at_a_time_counts_the_host_path():
+    """The same calls one at a time between events on an idle GPU: the host's 1 ms is in the figure."""
+    x = torch.ones(1024, device="cuda")
+
+    def fn():
+        time.sleep(0.001)
+        x.add_(1)
+
+    t = time_launches(fn, reps=1, iters=3, device="cuda", queued=False)
+    assert t > 0.0008
+
+
+@pytest.mark.gpu
+@gpu
 def test_gpu_host_synchronizing_call_is_a_clear_error():
     x = torch.ones(16, device="cuda")
     with pytest.raises(RuntimeError, match="could not queue"):
@@ -49,8 +82,6 @@ def test_gpu_host_synchronizing_call_is_a_clear_error():
 
 
 def _agreed_samples(rank, world_size):
-    import torch.distributed as dist
-
     x = torch.ones(1024, device="cuda")
     calls = [0]
 
@@ -60,26 +91,17 @@ def _agreed_samples(rank, world_size):
             time.sleep(0.05)
         x.add_(1)
 
-    def agree(value):
-        t = torch.tensor([float(value)])
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return t.item()
-
-    assert time_launches(fn, reps=2, iters=3, warmup=1, device="cuda", agree=agree) > 0
+    assert time_launches(fn, reps=2, iters=3, warmup=1, device="cuda", agree=max_over_ranks()) > 0
     return calls[0]
 
 
 @pytest.mark.gpu
-def test_gpu_ranks_that_agree_drop_samples_together(world):
+@gpu
+def test_gpu_ranks_that_agree_drop_samples_together():
     """A collective timed on every rank: a sample one rank drops is dropped by all, so every rank
     makes the same number of calls (otherwise the ranks' collectives would no longer pair up)."""
-    counts = world.run(_agreed_samples, 2)
+    counts = run(_agreed_samples, 2)
     assert counts[0] == counts[1], counts
     # rank 1's two slow samples were retried on both ranks, and every sample (3 kept, 2 dropped)
     # made its 2 timed calls after an untimed one that lines the ranks' streams up
     assert counts[0] >= 1 + 2 + 3 * 5, counts
-
-
-def test_agree_must_be_callable():
-    with pytest.raises(TypeError, match="agree"):
-        time_launches(lambda: None, device="cpu", agree=3)

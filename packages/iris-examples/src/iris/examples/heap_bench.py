@@ -1,0 +1,184 @@
+"""heap-bench: the heap's allocation cost (and its collective calls), and init time against world size.
+
+    python -m iris.examples heap-bench --ranks 1 2 4 [--init-sizes 16M 256M] [--csv heap.csv]
+
+Two tables. Allocation: alloc+free pairs of mixed sizes on every rank at once, timed per pair,
+for the allocator alone and for the full path (``heap.empty`` + ``heap.free``, a torch tensor
+made and dropped each time), next to torch's own ``torch.empty`` + drop of the same sizes on the
+same device (the cost of making a tensor at all), with the number of torch.distributed calls made
+during the timed loop (the design target: zero). Init: wall time of ``iris.heap.init`` + ``close``,
+measured in the same rank processes after the allocation run (so not the CUDA context's
+start-up). Every world size of ``--ranks`` is a launch of its own; the tables show the slowest
+rank of each. Runs no kernels.
+
+(This was ``packages/iris-heap/benchmarks/bench_heap.py``.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import random
+import statistics
+import time
+
+import iris.heap
+from iris.heap.allocator import BlockAllocator
+
+from . import environment, tables
+from .options import positive_int
+from .units import format_bytes, size_type
+
+__all__ = ["SUMMARY", "add_arguments", "rank_main", "report"]
+
+SUMMARY = "iris.heap allocation cost per alloc+free pair (vs torch.empty) and heap init time, per world size"
+BACKENDS = ()  # no kernels
+SWEEPS_RANKS = True  # --ranks 1 2 4: one launch per world size
+
+SIZES = [64, 256, 1000, 4096, 50_000, 1 << 20]  # bytes: a mix of small and large requests
+PAIRS = 20_000
+COLLECTIVES = ["all_gather_object", "all_gather", "all_reduce", "broadcast", "broadcast_object_list", "barrier",
+               "gather", "scatter", "send", "recv", "isend", "irecv", "all_to_all", "reduce", "monitored_barrier"]  # fmt: skip
+
+
+@contextlib.contextmanager
+def _count_collectives():
+    """Count calls of every public torch.distributed collective while the block runs."""
+    import torch.distributed as dist
+
+    counter = {"calls": 0}
+    originals = {name: getattr(dist, name) for name in COLLECTIVES if hasattr(dist, name)}
+    for name, fn in originals.items():
+
+        @functools.wraps(fn)
+        def wrapped(*a, _fn=fn, **k):
+            counter["calls"] += 1
+            return _fn(*a, **k)
+
+        setattr(dist, name, wrapped)
+    try:
+        yield counter
+    finally:
+        for name, fn in originals.items():
+            setattr(dist, name, fn)
+
+
+def _alloc_rank(pairs):
+    import torch
+
+    with _count_collectives() as counter:
+        heap = iris.heap.init(64 << 20)
+        rng = random.Random(0)  # the same sequence on every rank, as the heap requires
+        sizes = [rng.choice(SIZES) for _ in range(pairs)]
+        # keep a few tensors live so the free list is not trivially empty
+        keep = [heap.empty(rng.choice(SIZES) // 4 + 1, dtype=torch.float32) for _ in range(64)]
+        for i in range(0, 64, 2):
+            heap.free(keep[i])
+        heap.barrier()
+        before = counter["calls"]
+
+        t0 = time.perf_counter()
+        for n in sizes:
+            heap.free(heap.empty(n, dtype=torch.uint8))
+        full = (time.perf_counter() - t0) / pairs
+        calls = counter["calls"] - before
+
+    # the same pairs from torch's own caching allocator: the cost of making a tensor at all
+    torch.empty(1 << 20, dtype=torch.uint8, device=heap.device)
+    t0 = time.perf_counter()
+    for n in sizes:
+        del_me = torch.empty(n, dtype=torch.uint8, device=heap.device)
+        del del_me
+    torch_us = (time.perf_counter() - t0) / pairs
+
+    a = BlockAllocator(64 << 20)
+    t0 = time.perf_counter()
+    for n in sizes:
+        a.release(a.allocate(n))
+    alone = (time.perf_counter() - t0) / pairs
+    heap.check_symmetry()
+    device = heap.device.type
+    heap.close()
+    return {
+        "full_us": full * 1e6,
+        "allocator_us": alone * 1e6,
+        "torch_us": torch_us * 1e6,
+        "collective_calls": calls,
+    }, device
+
+
+def _init_times(size, repeats):
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        heap = iris.heap.init(size)
+        t1 = time.perf_counter()
+        heap.close()
+        times.append((t1 - t0, time.perf_counter() - t1))
+    return {
+        "init_ms": statistics.median(t for t, _ in times) * 1e3,
+        "close_ms": statistics.median(c for _, c in times) * 1e3,
+    }
+
+
+def add_arguments(parser: argparse.ArgumentParser, *, gpu: bool) -> None:
+    parser.add_argument(
+        "--pairs", type=positive_int, default=PAIRS, help=f"alloc+free pairs per rank (default {PAIRS})"
+    )
+    parser.add_argument("--init-sizes", nargs="+", type=size_type, default=[size_type(s) for s in ("16M", "256M")],
+                        help="heap sizes whose init + close is timed (default 16M 256M)")  # fmt: skip
+    parser.add_argument("--repeats", type=positive_int, default=3, help="init + close per size; the median is shown")
+
+
+def rank_main(args: argparse.Namespace) -> dict:
+    """Both measurements in one process per rank: spawning ranks (torch import, CUDA context) costs
+    seconds, and the init times are then the heap's own, not the process's start-up."""
+    alloc, device = _alloc_rank(args.pairs)
+    return {**alloc, "device": device, "init": {size: _init_times(size, args.repeats) for size in args.init_sizes}}
+
+
+def report(results: dict[int, list], args: argparse.Namespace) -> int:
+    """``results``: every rank's result, per world size (``--ranks`` sweeps them)."""
+    env = environment.describe(gpu=any(r["device"] == "cuda" for res in results.values() for r in res))
+    rows, alloc, init = [], [], []
+    for w, res in results.items():
+        full = max(r["full_us"] for r in res)
+        alone = max(r["allocator_us"] for r in res)
+        torch_us = max(r["torch_us"] for r in res)
+        calls = sum(r["collective_calls"] for r in res)
+        dev = res[0]["device"]
+        alloc.append({"ranks": w, "device": dev, "full_us": full, "allocator_us": alone, "torch_us": torch_us,
+                      "pairs_per_s": 1e6 / full, "collective_calls": calls})  # fmt: skip
+        rows.append({"bench": "alloc_free", "ranks": w, "device": dev, "full_us": f"{full:.3f}",
+                     "allocator_us": f"{alone:.3f}", "torch_empty_us": f"{torch_us:.3f}",
+                     "collective_calls": calls})  # fmt: skip
+    for size in dict.fromkeys(args.init_sizes):
+        for w, res in results.items():
+            init_ms = max(r["init"][size]["init_ms"] for r in res)
+            close_ms = max(r["init"][size]["close_ms"] for r in res)
+            init.append({"ranks": w, "heap_bytes": size, "device": res[0]["device"], "init_ms": init_ms,
+                         "close_ms": close_ms})  # fmt: skip
+            rows.append({"bench": "init", "ranks": w, "device": res[0]["device"], "heap_bytes": size,
+                         "init_ms": f"{init_ms:.2f}", "close_ms": f"{close_ms:.2f}"})  # fmt: skip
+    tables.print_table(
+        f"alloc+free pairs, mixed sizes {SIZES} bytes, {args.pairs} pairs per rank (slowest rank)",
+        alloc,
+        [("ranks", "ranks", "d"), ("device", "device", ""), ("full_us", "heap.empty+free us/pair", ".2f"),
+         ("allocator_us", "allocator us/pair", ".2f"), ("torch_us", "torch.empty+del us", ".2f"),
+         ("pairs_per_s", "pairs/s", ".0f"), ("collective_calls", "collective calls", "d")],
+        caption=environment.summary(env),
+    )  # fmt: skip
+    tables.print_table(
+        f"heap init (+ close) time, median of {args.repeats}, in processes whose device is already started",
+        init,
+        [("ranks", "ranks", "d"), ("heap_bytes", "heap size", format_bytes), ("device", "device", ""),
+         ("init_ms", "init ms", ".1f"), ("close_ms", "close ms", ".1f")],
+    )  # fmt: skip
+    if args.csv:  # one column per key in sorted order, as tools/benchmarks.py's tables have it
+        tables.write_csv(args.csv, rows, columns=sorted({k for r in rows for k in r}))
+        print(f"wrote {args.csv}")
+    if args.plot:
+        tables.plot(args.plot, init, x="heap_bytes", y="init_ms", series="ranks", title="iris.heap init time",
+                    xlabel="heap bytes", ylabel="ms (slowest rank)")  # fmt: skip
+    return 0

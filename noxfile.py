@@ -34,6 +34,9 @@ PACKAGES = ROOT / "packages"
 TOOLS = ROOT / "tools"
 CPU_CONSTRAINTS = ROOT / "constraints-cpu.txt"
 TRITON_OLDEST, TRITON_NEWEST = "3.6.0", "3.9.0"
+# What every layer's tests share (the pytest plugin, the mem conformance suite): installed from its
+# folder into each test session beside the layer, and a dependency of no layer.
+TEST_SUPPORT = "iris-testing"
 
 nox.options.default_venv_backend = "virtualenv"
 nox.options.reuse_existing_virtualenvs = False
@@ -71,6 +74,8 @@ LAYERS = {
 
 def _install(session: nox.Session, layer: Layer, triton: str | None, extras: str = "test") -> None:
     pkgs = [str(PACKAGES / d) for d in layer.siblings]
+    if extras == "test":
+        pkgs.append(str(PACKAGES / TEST_SUPPORT))
     extras = ",".join(e for e in (extras, layer.extras) if e)
     pkgs.append(f"{PACKAGES / layer.dist}[{extras}]" if extras else str(PACKAGES / layer.dist))
     pins = [f"triton=={triton}"] if triton else []
@@ -164,6 +169,7 @@ MODULES = {
     "iris-mem-gluon": "iris.mem.gluon",
     "iris-ccl": "iris.ccl",
     "iris-examples": "iris.examples",
+    TEST_SUPPORT: "iris.testing",
 }
 INSTALLS = {
     "iris-heap": ("iris-heap",),
@@ -171,7 +177,8 @@ INSTALLS = {
     "iris-mem-gluon": ("iris-heap", "iris-mem-gluon"),
     "iris-ccl": ("iris-heap", "iris-mem-triton", "iris-ccl"),
     "iris-ccl[gluon]": ("iris-heap", "iris-mem-triton", "iris-mem-gluon", "iris-ccl"),
-    "iris-examples": tuple(MODULES),
+    "iris-examples": ("iris-heap", "iris-mem-triton", "iris-mem-gluon", "iris-ccl", "iris-examples"),
+    TEST_SUPPORT: ("iris-heap", TEST_SUPPORT),
 }
 
 

@@ -1,0 +1,31 @@
+"""iris.testing: what every Iris layer's tests share, written once. Test support only: no layer
+depends on it at run time.
+
+- :mod:`iris.testing.plugin`, the pytest plugin each layer's tests load (CPU ranks under Triton's
+  interpreter without a GPU, the ``world`` and ``compiler`` fixtures, the ``gpu`` and
+  ``cpu_ranks`` markers, the ``backend`` fixture);
+- :mod:`iris.testing.mem`, the conformance suite that iris-mem-triton and iris-mem-gluon both run
+  through a small adapter.
+"""
+
+__version__ = "0.2.0"
+
+#: The world sizes a multi-rank behaviour is tested at (1: a rank alone; 3: not a power of two).
+WORLD_SIZES = (1, 2, 3, 4)
+
+#: The compile-only targets (``iris.testing.mem.lowering.TARGETS``), one per rank of the ``compiler``
+#: fixture's world: compiling for both needs no GPU, and the two compile side by side.
+COMPILE_TARGETS = ("cuda", "hip")
+
+__all__ = ["COMPILE_TARGETS", "WORLD_SIZES", "gather"]
+
+
+def gather(obj, world_size):
+    """Every rank's ``obj``, in rank order (in a rank body; a world of one needs no group)."""
+    if world_size == 1:
+        return [obj]
+    import torch.distributed as dist
+
+    out = [None] * world_size
+    dist.all_gather_object(out, obj)
+    return out

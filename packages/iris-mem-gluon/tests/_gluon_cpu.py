@@ -200,15 +200,16 @@ def check_unsupported(rank, world_size):
 def check_language_restored(rank, world_size):
     """After a CPU launch the Gluon language is Gluon again: a kernel compiles for a GPU target
     in the same (interpreting) process, and calling a device function outside a kernel fails."""
-    import _gluon_compile as comp
     import _gluon_kernels as K
+
+    from iris.testing.mem.lowering import TARGETS, compile_one
 
     check_language(rank, world_size)
     assert not img.interpret.active()
     assert getattr(gl.arange, "__triton_builtin__", False), "gl.arange was not restored"
-    for target in comp.TARGETS:
-        _, fn, sig, consts = K.stream_cases("fp32", 1024, comp.TARGETS[target])[1]
-        comp._compile(fn, sig, consts, comp.TARGETS[target])
+    for target in TARGETS.values():
+        _, fn, sig, consts = K.stream_cases("fp32", 1024, target)[1]
+        compile_one(K, fn, sig, consts, target)
     try:
         _twice(1.0)
     except RuntimeError as e:

@@ -1,4 +1,5 @@
-"""The kernels of the iris.mem.gluon test suite (imported lazily: TRITON_INTERPRET must be set first).
+"""The Gluon kernels of the mem conformance suite (iris.testing.mem; imported in the ranks, once
+TRITON_INTERPRET is settled), and what the suite's adapter asks of them.
 
 Each kernel takes the device context and, with ``FREE=True``, uses the free functions with the
 rank and bases read from the context by hand instead of the ``Context`` aggregate, so every test
@@ -12,9 +13,12 @@ from triton.experimental.gluon import language as gl
 
 import iris.heap.context as abi
 import iris.mem.gluon as img
-from iris.mem.gluon import Context
+from iris.mem.gluon import Context, GluonASTSource
 
+#: Warps per program of every launch and compile-only build (the layouts are made for it).
 NUM_WARPS = 4
+#: The source of compile-only builds.
+SOURCE = GluonASTSource
 
 
 def layout(n, target=None, num_warps=NUM_WARPS, dtype=None):
@@ -27,6 +31,17 @@ def layout_2d(cols, target=None, num_warps=NUM_WARPS):
     threads = img.warp_size(target)
     return gl.BlockedLayout(size_per_thread=[1, 1], threads_per_warp=[threads // cols, cols],
                             warps_per_cta=[num_warps, 1], order=[1, 0])  # fmt: skip
+
+
+def launch_options(block=None, cols=None):
+    """The keywords of a launch over a block of ``block`` elements (``L``) or of rows ``cols`` wide
+    (``L2``): the layouts, for the warp size of the GPU here (any without one), and the warps."""
+    options = {"num_warps": NUM_WARPS}
+    if block is not None:
+        options["L"] = layout(block)
+    if cols is not None:
+        options["L2"] = layout_2d(cols)
+    return options
 
 
 _RANK = gl.constexpr(abi.RANK_INDEX)
@@ -159,10 +174,10 @@ def shapes_kernel(x, scalars, grid, context_ptr, ROWS: gl.constexpr, COLS: gl.co
 
 
 @gluon.jit
-def broadcast_kernel(x, context_ptr, N: gl.constexpr, L: gl.constexpr, FREE: gl.constexpr):
+def broadcast_kernel(x, context_ptr, N: gl.constexpr, L: gl.constexpr, FREE: gl.constexpr, CAS: gl.constexpr = True):
     """Scalar values into blocks of pointers, on the next rank's x[0:N) .. x[5N:6N): store 7,
-    atomic_add 3, atomic_max 9, atomic_xchg 4 and atomic_cas(0 -> 5) on an int32 block, and
-    atomic_add 1.5 on the fp32 view of the last block."""
+    atomic_add 3, atomic_max 9, atomic_xchg 4 and (with CAS) atomic_cas(0 -> 5) on an int32 block,
+    and atomic_add 1.5 on the fp32 view of the last block."""
     ctx = Context.initialize(context_ptr)
     rank, world_size, bases = _raw(context_ptr)
     offs = gl.arange(0, N, layout=L)
@@ -173,14 +188,16 @@ def broadcast_kernel(x, context_ptr, N: gl.constexpr, L: gl.constexpr, FREE: gl.
         img.atomic_add(x + N + offs, 3, rank, t, bases)
         img.atomic_max(x + 2 * N + offs, 9, rank, t, bases)
         img.atomic_xchg(x + 3 * N + offs, 4, rank, t, bases)
-        img.atomic_cas(x + 4 * N + offs, 0, 5, rank, t, bases)
+        if CAS:
+            img.atomic_cas(x + 4 * N + offs, 0, 5, rank, t, bases)
         img.atomic_add(f + offs, 1.5, rank, t, bases)
     else:
         ctx.store(x + offs, 7, t)
         ctx.atomic_add(x + N + offs, 3, t)
         ctx.atomic_max(x + 2 * N + offs, 9, t)
         ctx.atomic_xchg(x + 3 * N + offs, 4, t)
-        ctx.atomic_cas(x + 4 * N + offs, 0, 5, t)
+        if CAS:
+            ctx.atomic_cas(x + 4 * N + offs, 0, 5, t)
         ctx.atomic_add(f + offs, 1.5, t)
 
 

@@ -1,4 +1,7 @@
-"""The host layout helper: the target's warp size (32 on NVIDIA, 64 on AMD), 16-byte vectors per thread."""
+"""The host layout helper: the target's warp size (32 on NVIDIA, 64 on AMD), 16-byte vectors per
+thread, and a kernel compiled with its layout runs the target's warp size."""
+
+import re
 
 import pytest
 import torch
@@ -6,6 +9,7 @@ import triton.language as tl
 from triton.backends.compiler import GPUTarget
 
 import iris.mem.gluon as img
+from iris.testing import COMPILE_TARGETS
 
 CUDA, HIP = GPUTarget("cuda", 90, 32), GPUTarget("hip", "gfx942", 64)
 
@@ -48,3 +52,21 @@ def test_bad_shapes_are_refused(block, warps):
 def test_a_target_must_be_a_gpu_target():
     with pytest.raises(TypeError, match="GPUTarget"):
         img.warp_size("cuda")
+
+
+def _warp_sizes_in_ir(rank, world_size):
+    """(threads per warp of the compiled module, of its layout) for the stream copy, built with the
+    layout for this rank's compile target (a compiled-mode rank of the ``compiler`` fixture)."""
+    import _gluon_kernels as K
+
+    from iris.testing.mem.lowering import TARGETS, compile_one
+
+    target = TARGETS[COMPILE_TARGETS[rank]]
+    _, fn, signature, constexprs = K.stream_cases("fp32", 1024, target)[1]
+    ttgir = compile_one(K, fn, signature, constexprs, target).asm["ttgir"]
+    return int(re.search(r'"ttg.threads-per-warp" = (\d+)', ttgir).group(1)), constexprs["L"].threads_per_warp[0]
+
+
+def test_layouts_carry_the_targets_warp_size(compiler):
+    for target, (module_warp, layout_warp) in zip(COMPILE_TARGETS, compiler.run(_warp_sizes_in_ir)):
+        assert module_warp == layout_warp == {"cuda": 32, "hip": 64}[target], target

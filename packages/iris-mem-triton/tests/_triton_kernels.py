@@ -1,17 +1,31 @@
-"""The kernels of the iris.mem.triton test suite (imported lazily: TRITON_INTERPRET must be set first).
+"""The Triton kernels of the mem conformance suite (iris.testing.mem; imported in the ranks, once
+TRITON_INTERPRET is settled), and what the suite's adapter asks of them.
 
 Each kernel takes the device context and, with ``FREE=True``, uses the free functions with the
 rank and bases read from the context by hand instead of the ``Context`` aggregate, so every test
-covers both APIs. ``compile_cases()`` lists every kernel with its signatures for the
+covers both APIs. ``compile_cases(target)`` lists every kernel with its signatures for the
 compile-only test.
 """
 
 import triton
 import triton.language as tl
+from triton.compiler import ASTSource
 
 import iris.heap.context as abi
 import iris.mem.triton as imt
 from iris.mem.triton import Context
+
+#: Warps per program of every launch and compile-only build (Triton's default, stated).
+NUM_WARPS = 4
+#: The source of compile-only builds.
+SOURCE = ASTSource
+
+
+def launch_options(block=None, cols=None):
+    """The keywords of a launch over a block of ``block`` elements (or of rows ``cols`` wide):
+    Triton lays blocks out itself, so only the warps."""
+    return {"num_warps": NUM_WARPS}
+
 
 _RANK = tl.constexpr(abi.RANK_INDEX)
 _WORLD_SIZE = tl.constexpr(abi.WORLD_SIZE_INDEX)
@@ -134,6 +148,34 @@ def shapes_kernel(x, scalars, grid, context_ptr, ROWS: tl.constexpr, COLS: tl.co
             ctx.store(x + ROWS * COLS + rank, s + 1, t)
             ctx.get(x + offs, grid + t * ROWS * COLS + offs, t, mask=mask, other=-1)
         tl.store(scalars + t, s)
+
+
+@triton.jit
+def broadcast_kernel(x, context_ptr, N: tl.constexpr, FREE: tl.constexpr, CAS: tl.constexpr = True):
+    """Scalar values into blocks of pointers, on the next rank's x[0:N) .. x[5N:6N): store 7,
+    atomic_add 3, atomic_max 9, atomic_xchg 4 and (with CAS) atomic_cas(0 -> 5) on an int32 block,
+    and atomic_add 1.5 on the fp32 view of the last block."""
+    ctx = Context.initialize(context_ptr)
+    rank, world_size, bases = _raw(context_ptr)
+    offs = tl.arange(0, N)
+    t = (rank + 1) % world_size
+    f = (x + 5 * N).to(tl.pointer_type(tl.float32), bitcast=True)
+    if FREE:
+        imt.store(x + offs, 7, rank, t, bases)
+        imt.atomic_add(x + N + offs, 3, rank, t, bases)
+        imt.atomic_max(x + 2 * N + offs, 9, rank, t, bases)
+        imt.atomic_xchg(x + 3 * N + offs, 4, rank, t, bases)
+        if CAS:
+            imt.atomic_cas(x + 4 * N + offs, 0, 5, rank, t, bases)
+        imt.atomic_add(f + offs, 1.5, rank, t, bases)
+    else:
+        ctx.store(x + offs, 7, t)
+        ctx.atomic_add(x + N + offs, 3, t)
+        ctx.atomic_max(x + 2 * N + offs, 9, t)
+        ctx.atomic_xchg(x + 3 * N + offs, 4, t)
+        if CAS:
+            ctx.atomic_cas(x + 4 * N + offs, 0, 5, t)
+        ctx.atomic_add(f + offs, 1.5, t)
 
 
 # -- atomics -------------------------------------------------------------------------------------
@@ -399,8 +441,9 @@ def _atomic_dtypes(op):
     return ints + ("fp32", "fp64")  # sub, xchg (no 16-bit exchange in Triton), min, max
 
 
-def compile_cases():
-    """(label, kernel, signature, constexprs) for every kernel above, in the variants the tests use."""
+def compile_cases(target):
+    """(label, kernel, signature, constexprs) for every kernel above, in the variants the tests use
+    (the same for every ``target``: Triton lays blocks out itself)."""
     cases = []
     ctx = {"context_ptr": "*i64"}
     for dt in RMA_DTYPES:
@@ -440,6 +483,10 @@ def compile_cases():
             (f"shapes[free={free}]", shapes_kernel,
              {"x": "*i32", "scalars": "*i32", "grid": "*i32", **ctx, "ROWS": "constexpr", "COLS": "constexpr", "FREE": "constexpr"},
              {"ROWS": 4, "COLS": 16, "FREE": free}),
+            # (without atomic_cas: scalar cmp and val over a block is a declared difference of Triton's)
+            (f"broadcast[free={free}]", broadcast_kernel,
+             {"x": "*i32", **ctx, "N": "constexpr", "FREE": "constexpr", "CAS": "constexpr"},
+             {"N": 64, "FREE": free, "CAS": False}),
             (f"scalar_atomic[free={free}]", scalar_atomic_kernel,
              {"counter": "*i32", "olds": "*i32", **ctx, "REPS": "constexpr", "FREE": "constexpr"}, {"REPS": 4, "FREE": free}),
             (f"spinlock[free={free}]", spinlock_kernel,
@@ -460,7 +507,7 @@ def compile_cases():
     cases += clock_cases()
     cases.append(("closed_store", closed_store_kernel, {"x": "*i32", **ctx, "N": "constexpr"}, {"N": 64}))
     for dt in ("i8", "fp16", "fp32"):
-        cases += [(f"stream[{name},{dt}]", fn, sig, consts) for name, fn, sig, consts in stream_cases(dt, 1024)]
+        cases += [(f"stream[{name},{dt}]", fn, sig, consts) for name, fn, sig, consts in stream_cases(dt, 1024, target)]
 
     def atomic(op, dt, free, sem=None, scope=None):
         init = "fp32" if dt.startswith(("fp", "bf")) else "i64" if dt.endswith("64") else "i32"
@@ -528,8 +575,9 @@ def stream_kernel(src, dst, context_ptr, n, OP: tl.constexpr, BLOCK: tl.constexp
 STREAM_OPS = ("load", "store", "get", "put", "copy")
 
 
-def stream_cases(dtype="fp32", block=1024):
-    """(name, kernel, signature, constexprs) of the local copy and each translated operation."""
+def stream_cases(dtype, block, target):
+    """(name, kernel, signature, constexprs) of the local copy and each translated operation (the
+    same for every ``target``)."""
     sig = {"src": f"*{dtype}", "dst": f"*{dtype}", "context_ptr": "*i64", "n": "i32"}
     cases = [("local", stream_local_kernel, {**sig, "BLOCK": "constexpr"}, {"BLOCK": block})]
     for op in STREAM_OPS:

@@ -1,23 +1,2 @@
-import pytest
-import torch
-
-from iris.heap.testing import WorldPool
-
-WORLD_SIZES = [1, 2, 3, 4]
-
-
-@pytest.fixture(scope="session")
-def world():
-    """Spawned ranks, kept per world size for the whole session: ``world.run(fn, n, *args)``."""
-    pool = WorldPool()
-    yield pool
-    pool.close()
-
-
-def pytest_collection_modifyitems(config, items):
-    if torch.cuda.is_available():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA device")
-    for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+# The shared fixtures and markers (world, gpu, CPU ranks) are iris.testing.plugin's.
+from iris.testing import WORLD_SIZES  # noqa: F401 (test_factories imports it from here)

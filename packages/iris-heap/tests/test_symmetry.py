@@ -2,10 +2,10 @@
 
 import pytest
 import torch
-from _ranks import gather, new_heap, sync
-from conftest import WORLD_SIZES
+from _ranks import new_heap, sync
 
 import iris.heap
+from iris.testing import WORLD_SIZES, gather
 
 
 def _same_offsets(rank, world_size):

@@ -24,7 +24,7 @@ from .errors import (
     NotOnHeapError,
     WaitTimeoutError,
 )
-from .factories import TensorFactories
+from .factories import TensorFactories, extent
 
 __all__ = ["SymmetricHeap", "HeapStats", "Reservation", "init", "default_heap"]
 
@@ -187,15 +187,24 @@ class SymmetricHeap(TensorFactories):
         return self._base
 
     # -- allocation -------------------------------------------------------------------------
-    def _allocate(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    def _allocate(
+        self, shape: tuple[int, ...], dtype: torch.dtype, stride: tuple[int, ...] | None = None
+    ) -> torch.Tensor:
+        """A new block holding a ``dtype`` tensor of ``shape``: contiguous, or of ``stride`` (its block
+        spans the strided extent)."""
         if self._closed:
             self._check_open()
         numel = shape[0] if len(shape) == 1 else math.prod(shape)
+        if stride is not None:
+            numel = extent(shape, stride)  # the elements it spans
         nbytes = numel * dtype.itemsize
         offset = self._alloc.allocate(nbytes or dtype.itemsize)  # an empty tensor still owns a block
         if offset is None:
             raise self._exhausted(nbytes, shape, dtype)
-        if numel:
+        if stride is not None:
+            flat, owner = self._transport.view(self.rank, offset, nbytes or dtype.itemsize, dtype)
+            t = flat.as_strided(shape, stride)
+        elif numel:
             t, owner = self._transport.view(self.rank, offset, nbytes, dtype, shape)
         else:
             flat, owner = self._transport.view(self.rank, offset, dtype.itemsize, dtype)

@@ -175,8 +175,11 @@ def _same_calls(rank, world_size):
     out = heap.zeros(100)
     assert heap.arange(10, out=out) is out
     assert heap.randn(4, 5, out=out) is out and out.shape == (4, 5)
-    heap.free(made.pop(3))
-    made.append(heap.rand(2, 3, 4, 5, memory_format=F.CL))  # reuses the freed block on every rank
+    freed = made.pop(1)  # empty(2, 3, 4, 5, memory_format=channels_last)
+    where = heap.offset(freed)
+    heap.free(freed)
+    made.append(heap.rand(2, 3, 4, 5, memory_format=F.CL))
+    assert heap.offset(made[-1]) == where, "the freed strided block is reused, on every rank alike"
     heap.check_symmetry()
     return [(heap.offset(t), t.shape, t.stride()) for t in made], heap.stats()
 

@@ -17,6 +17,10 @@ Layout of ``heap.context`` (int64, on the heap's device), for a world of ``W`` r
     [EXT_STATUS]                 STATUS_OPEN, or STATUS_CLOSED once the heap is closed (every
                                  base then equals 0, so translation is the identity and a kernel
                                  given a closed heap's context never reaches other memory)
+    [EXT_TRACE_BUFFER]           address of this rank's trace buffer (below) on its device; 0 while
+                                 tracing is off (``heap.tracing``)
+    [EXT_TRACE_CAPACITY]         how many events the trace buffer holds; 0 while tracing is off, and
+                                 device code then records nothing
 
 The **error record** is ``ERROR_RECORD_WORDS`` int64 words in memory that both the device and the
 host reach: pinned host memory mapped into the device's address space on CUDA, ordinary memory on
@@ -24,6 +28,17 @@ CPU ranks. The device layer that wins the CAS on ``EXT_ERROR_CODE`` writes ``det
 ``peer`` and ``aux`` and then, last and with release ordering, ``code``: a host that sees a
 non-zero code sees the rest. ``ERROR_*`` codes are named here for every layer, so that codes never
 collide; what ``detail``/``value``/``peer``/``aux`` mean depends on the code (documented with it).
+
+The **trace buffer** is int64 words in this rank's heap (a reservation): ``TRACE_HEADER_WORDS``
+of header, whose ``TRACE_CLAIMED`` word counts the slots claimed so far, then ``EXT_TRACE_CAPACITY``
+events of ``TRACE_EVENT_WORDS`` words each (``EVENT_*`` name them). Device code claims a slot with
+one atomic add on ``TRACE_CLAIMED`` per event and writes the event only when the slot it got is
+below the capacity: a full buffer writes nothing anywhere, and the host counts
+``max(0, claimed - capacity)`` dropped events. A slot whose ``EVENT_END_NS`` is 0 was started but
+not ended. An instant event (one moment, not an interval) has ``EVENT_INSTANT`` added to its
+``EVENT_ID`` word and ``EVENT_END_NS == EVENT_START_NS``; event ids are below ``EVENT_INSTANT``.
+Timestamps are nanoseconds of the device clock (the clock of ``EXT_WAIT_TIMEOUT_NS``); the host
+maps them onto ``CLOCK_REALTIME`` with the offset it measured when tracing was enabled.
 
 Device code of every layer reads the context through these names, never through literals, and
 finds the extensions from ``world_size`` (entry ``WORLD_SIZE_INDEX``), never from the tensor's length.
@@ -41,6 +56,8 @@ __all__ = [
     "EXT_ERROR_CODE",
     "EXT_ERROR_RECORD",
     "EXT_STATUS",
+    "EXT_TRACE_BUFFER",
+    "EXT_TRACE_CAPACITY",
     "EXTENSIONS",
     "STATUS_OPEN",
     "STATUS_CLOSED",
@@ -57,6 +74,18 @@ __all__ = [
     "ERROR_COLLECTIVE_MISMATCH",
     "ERROR_COLLECTIVE_ABANDONED",
     "ERROR_NAMES",
+    "TRACE_CLAIMED",
+    "TRACE_HEADER_WORDS",
+    "TRACE_EVENT_WORDS",
+    "EVENT_START_NS",
+    "EVENT_END_NS",
+    "EVENT_ID",
+    "EVENT_PROGRAM",
+    "EVENT_SM",
+    "EVENT_RANK",
+    "EVENT_TARGET_RANK",
+    "EVENT_BYTES",
+    "EVENT_INSTANT",
     "SEM_DEFAULT",
     "SCOPE_DEFAULT",
     "WAIT_COMPARISONS",
@@ -65,6 +94,8 @@ __all__ = [
     "error_code_index",
     "error_record_index",
     "status_index",
+    "trace_buffer_index",
+    "trace_capacity_index",
     "context_length",
     "check_version",
 ]
@@ -86,8 +117,10 @@ EXT_WAIT_TIMEOUT_NS = 0
 EXT_ERROR_CODE = 1
 EXT_ERROR_RECORD = 2
 EXT_STATUS = 3
+EXT_TRACE_BUFFER = 4
+EXT_TRACE_CAPACITY = 5
 #: How many extension words follow the bases.
-EXTENSIONS = 4
+EXTENSIONS = 6
 
 STATUS_OPEN = 0
 STATUS_CLOSED = 1
@@ -126,6 +159,25 @@ ERROR_NAMES = {
     ERROR_COLLECTIVE_ABANDONED: "collective abandoned",
 }
 
+# The trace buffer: int64 words, in the heap (see the module's docstring).
+#: Header word: slots claimed so far, kept or dropped (one atomic add per event).
+TRACE_CLAIMED = 0
+#: Header words before the first event (room for later header words; events stay 64-byte aligned).
+TRACE_HEADER_WORDS = 8
+#: Words of one event (64 bytes).
+TRACE_EVENT_WORDS = 8
+# The words of one event.
+EVENT_START_NS = 0  # device clock at the start (an instant: its moment)
+EVENT_END_NS = 1  # device clock at the end; 0: not ended (an instant: its moment again)
+EVENT_ID = 2  # the event id (iris.heap.tracing), plus EVENT_INSTANT for an instant event
+EVENT_PROGRAM = 3  # the program that recorded it: its id in the grid, flattened (x + nx * (y + ny * z))
+EVENT_SM = 4  # the multiprocessor it ran on (NVIDIA %smid; AMD a compute-unit id; CPU ranks 0)
+EVENT_RANK = 5  # the rank that recorded it
+EVENT_TARGET_RANK = 6  # the rank it acted on (a peer of a remote load or store; the caller's choice)
+EVENT_BYTES = 7  # payload bytes (the caller's choice; 0 when none)
+#: Added to the ``EVENT_ID`` word of an instant event; event ids are below it.
+EVENT_INSTANT = 1 << 32
+
 #: Memory-model defaults of the device layers: ``sem=None`` and ``scope=None`` mean these.
 SEM_DEFAULT = "acq_rel"
 SCOPE_DEFAULT = "sys"
@@ -152,6 +204,14 @@ def error_record_index(world_size: int) -> int:
 
 def status_index(world_size: int) -> int:
     return extension_index(world_size, EXT_STATUS)
+
+
+def trace_buffer_index(world_size: int) -> int:
+    return extension_index(world_size, EXT_TRACE_BUFFER)
+
+
+def trace_capacity_index(world_size: int) -> int:
+    return extension_index(world_size, EXT_TRACE_CAPACITY)
 
 
 def context_length(world_size: int) -> int:

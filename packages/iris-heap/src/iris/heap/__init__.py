@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from . import context, testing
+from . import context, testing, tracing
 from .allocator import ALIGNMENT
 from .context import CONTEXT_ABI_VERSION
 from .device_errors import DeviceError, Watchdog
@@ -45,4 +45,5 @@ __all__ = [
     "default_heap",
     "init",
     "testing",
+    "tracing",
 ]

@@ -25,6 +25,7 @@ from .errors import (
     WaitTimeoutError,
 )
 from .factories import TensorFactories, extent
+from .tracing import Tracing
 
 __all__ = ["SymmetricHeap", "HeapStats", "Reservation", "init", "default_heap"]
 
@@ -125,6 +126,7 @@ class SymmetricHeap(TensorFactories):
         self._pending: BaseException | None = None  # a device error the watchdog found, raised next
         self._error_lock = threading.Lock()  # the watchdog thread polls too
         self._watchdog: Watchdog | None = None
+        self.tracing = Tracing(self)  # the host side of device tracing (iris.heap.tracing)
         w = self.world_size
         ctx = [0] * abi.context_length(w)
         ctx[abi.RANK_INDEX], ctx[abi.WORLD_SIZE_INDEX] = self.rank, w

@@ -53,11 +53,13 @@ from .ops import (  # noqa: E402
     wait,
     wait_timeout_ns,
 )
+from .tracing import Tracing, device_clock  # noqa: E402
 
 __all__ = [
     "CONTEXT_ABI_VERSION",
     "Context",
     "InterpreterAtomicError",
+    "Tracing",
     "atomic_add",
     "atomic_and",
     "atomic_cas",
@@ -69,6 +71,7 @@ __all__ = [
     "atomic_xor",
     "clock_ns",
     "copy",
+    "device_clock",
     "get",
     "healthy",
     "load",
@@ -76,6 +79,7 @@ __all__ = [
     "put",
     "record_error",
     "store",
+    "tracing",
     "translate",
     "wait",
     "wait_timeout_ns",

@@ -1,0 +1,292 @@
+"""Device-side tracing: ``Tracing`` (a Triton aggregate), the free functions it is written on, and
+``device_clock`` (the device clock read from the host, for ``heap.tracing.enable``).
+
+Inside ``@triton.jit``::
+
+    tr = Tracing.initialize(context_ptr, TRACE)          # TRACE: tl.constexpr; False compiles every call away
+    h = tr.record_start(EVENT, target_rank, nbytes)      # EVENT: an id from iris.heap.tracing (EVENTS or register)
+    ...                                                  # the work being timed
+    tr.record_end(h)
+    tr.record_instant(EVENT, target_rank, nbytes)        # one moment
+
+An event is one slot of this rank's trace buffer (``iris.heap.context``: ``TRACE_*``, ``EVENT_*``),
+claimed with **one** scalar atomic add on the buffer's claim counter; a claim at or past the
+capacity writes nothing (the host counts it as dropped), and so does ``record_end`` of its handle.
+The claim is relaxed: it only has to hand out distinct slots, and the host reads the events after
+synchronizing with the device, which orders every write of the kernel before its reads; no other
+device code reads the buffer. Scope ``gpu``: only this rank's device writes its buffer.
+
+Each event holds: start and end on the device clock (``clock_ns``: NVIDIA ``%globaltimer``, AMD
+``s_memrealtime``, CPU ranks the host's monotonic clock); the program, its grid position flattened
+as ``x + nx * (y + ny * z)``; the multiprocessor (NVIDIA ``%smid``; AMD gfx94x/gfx95x
+``XCC_ID << 8 | HW_ID[15:8]`` (compute unit, shader array and engine: unique per compute unit, not
+dense), other gfx9 ``HW_ID[15:8]``, other targets and CPU ranks 0); the rank; the target rank and
+payload bytes the caller gives. ``record_start`` reads the clock after claiming and writing the
+rest, and ``record_end`` reads it first, so an interval excludes the tracing's own bookkeeping;
+``record_instant`` reads it first.
+
+With ``TRACE`` (``ENABLED``) False, ``Tracing.initialize`` reads nothing and every method is a
+constant: the compiled kernel is the untraced kernel. With it True and tracing off at run time
+(``heap.tracing`` disabled, or the heap closed: capacity 0 in the context), each call costs a
+comparison and claims and writes nothing.
+
+Scalars only: a program records its events from one thread (Triton runs scalar atomics and
+stores once per program), so record from the program's scalar code, not per element.
+"""
+
+# no `from __future__ import annotations`: triton 3.6 checks fields with isinstance(value, annotation).
+
+import torch
+
+import triton
+import triton.language as tl
+from iris.heap import context as _abi
+
+from . import ops
+from ._aggregate import aggregate
+from ._interpreter import INTERPRETED
+from .ops import clock_ns
+
+__all__ = ["Tracing", "device_clock", "trace_state", "record_start", "record_end", "record_instant"]
+
+# The trace buffer's names in the context and its layout (iris.heap.context), as constexprs; the
+# context's own (ops._RANK, ...) are ops's.
+_TRACE_BUFFER = tl.constexpr(_abi.EXT_TRACE_BUFFER)  # extensions: offsets after the W bases
+_TRACE_CAPACITY = tl.constexpr(_abi.EXT_TRACE_CAPACITY)
+_CLAIMED = tl.constexpr(_abi.TRACE_CLAIMED)  # the buffer's header
+_HEADER_WORDS = tl.constexpr(_abi.TRACE_HEADER_WORDS)
+_EVENT_WORDS = tl.constexpr(_abi.TRACE_EVENT_WORDS)
+_START = tl.constexpr(_abi.EVENT_START_NS)  # the words of an event
+_END = tl.constexpr(_abi.EVENT_END_NS)
+_ID = tl.constexpr(_abi.EVENT_ID)
+_PROGRAM = tl.constexpr(_abi.EVENT_PROGRAM)
+_SM = tl.constexpr(_abi.EVENT_SM)
+_EVENT_RANK = tl.constexpr(_abi.EVENT_RANK)
+_TARGET_RANK = tl.constexpr(_abi.EVENT_TARGET_RANK)
+_BYTES = tl.constexpr(_abi.EVENT_BYTES)
+_INSTANT = tl.constexpr(_abi.EVENT_INSTANT)
+
+#: Inline assembly that reads the multiprocessor id, per code generator backend: a list of
+#: (asm, constraint) whose results combine as ``sum(r_i << shift_i)``. NVIDIA: the SM. AMD: the
+#: compute unit, shader array and shader engine (HW_ID bits 15:8), and on gfx94x/gfx95x the
+#: accelerator complex die (XCC_ID bits 3:0) above them; s_getreg is a scalar instruction.
+_SM_ASM = {
+    "cuda": [("mov.u32 $0, %smid;", "=r", 0)],
+    "hip": [("s_getreg_b32 $0, hwreg(HW_REG_HW_ID, 8, 8)", "=s", 0)],
+    "hip-xcc": [("s_getreg_b32 $0, hwreg(HW_REG_HW_ID, 8, 8)", "=s", 0), ("s_getreg_b32 $0, hwreg(HW_REG_XCC_ID, 0, 4)", "=s", 8)],
+}  # fmt: skip
+
+
+def _sm_reads(options):
+    backend = options.backend_name
+    if backend == "hip":
+        arch = str(getattr(options, "arch", ""))
+        if arch.startswith(("gfx94", "gfx95")):
+            return _SM_ASM["hip-xcc"]
+        return _SM_ASM["hip"] if arch.startswith("gfx9") else []
+    return _SM_ASM.get(backend, [])
+
+
+def _sm_id(_semantic=None):
+    """The multiprocessor this program runs on, an int64 scalar (the body of ``sm_id``).
+
+    CPU ranks: 0 (the interpreter runs this as Python). Compiled: the target comes from the code
+    generator's options, as for ``clock_ns``. Read at each event, not once: NVIDIA documents that
+    ``%smid`` may change during execution (preemption may move a program).
+    """
+    if INTERPRETED:
+        return tl.cast(0, tl.int64)
+    out = tl.cast(0, tl.int64, _semantic=_semantic)
+    for asm, constraint, shift in _sm_reads(_semantic.builder.options):
+        part = tl.inline_asm_elementwise(
+            asm, constraint, [], dtype=tl.int32, is_pure=False, pack=1, _semantic=_semantic
+        ).to(tl.int64, _semantic=_semantic)
+        out = out.__or__(part.__lshift__(shift, _semantic=_semantic), _semantic=_semantic)
+    return out
+
+
+_sm_id.__triton_builtin__ = True  # compiled: called with the code generator's _semantic
+
+
+@triton.jit
+def sm_id():
+    """The multiprocessor this program runs on (int64; see the module's docstring per target)."""
+    return _sm_id()
+
+
+@triton.jit
+def program_id():
+    """This program's position in the grid, flattened: ``x + nx * (y + ny * z)`` (int64)."""
+    x = tl.program_id(0).to(tl.int64)
+    y = tl.program_id(1).to(tl.int64)
+    z = tl.program_id(2).to(tl.int64)
+    return x + tl.num_programs(0).to(tl.int64) * (y + tl.num_programs(1).to(tl.int64) * z)
+
+
+# -- the free functions ----------------------------------------------------------------------------
+
+
+@triton.jit
+def trace_state(context_ptr):
+    """``(buffer, capacity, rank)`` of this rank's tracing, read from the context ``heap.context``.
+
+    ``buffer`` points at the trace buffer's int64 words; ``capacity`` is 0 while tracing is off
+    (disabled, or the heap closed), and the record functions then do nothing.
+    """
+    ext = ops._extensions(context_ptr)
+    capacity = tl.load(ext + _TRACE_CAPACITY)
+    capacity = tl.where(tl.load(ext + ops._STATUS) == ops._STATUS_CLOSED, 0, capacity)  # a closed heap's buffer is gone
+    buffer = tl.load(ext + _TRACE_BUFFER).to(tl.pointer_type(tl.int64), bitcast=True)
+    return buffer, capacity, tl.load(context_ptr + ops._RANK)
+
+
+@triton.jit
+def _claim(buffer, capacity):
+    """A slot of the buffer for one event, or -1 (tracing off, or the buffer full: dropped)."""
+    slot = capacity * 0 - 1
+    if capacity > 0:
+        claimed = tl.atomic_add(buffer + _CLAIMED, 1, sem="relaxed", scope="gpu")
+        if claimed < capacity:
+            slot = claimed
+    return slot
+
+
+@triton.jit
+def _event_ptr(buffer, slot):
+    return buffer + _HEADER_WORDS + slot * _EVENT_WORDS
+
+
+@triton.jit
+def _describe(event, id_word, rank, target_rank, nbytes):
+    """Every word of a claimed event but its times."""
+    tl.store(event + _ID, id_word)
+    tl.store(event + _PROGRAM, program_id())
+    tl.store(event + _SM, sm_id())
+    tl.store(event + _EVENT_RANK, tl.cast(rank, tl.int64))
+    tl.store(event + _TARGET_RANK, tl.cast(target_rank, tl.int64))
+    tl.store(event + _BYTES, tl.cast(nbytes, tl.int64))
+
+
+@triton.jit
+def record_start(buffer, capacity, rank, event_id, target_rank, nbytes):
+    """Start event ``event_id``; returns its handle for ``record_end`` (-1: not recorded).
+
+    One atomic claim; then the event's words; then the clock, last, so the interval starts after
+    the bookkeeping. ``buffer, capacity, rank`` come from ``trace_state``.
+    """
+    slot = _claim(buffer, capacity)
+    if slot >= 0:
+        event = _event_ptr(buffer, slot)
+        _describe(event, tl.cast(event_id, tl.int64), rank, target_rank, nbytes)
+        tl.store(event + _START, clock_ns())
+    return slot
+
+
+@triton.jit
+def record_end(buffer, capacity, handle):
+    """End the event ``handle`` (from ``record_start``): its end time; nothing for a handle of -1."""
+    if (handle >= 0) & (handle < capacity):
+        now = clock_ns()
+        tl.store(_event_ptr(buffer, handle) + _END, now)
+
+
+@triton.jit
+def record_instant(buffer, capacity, rank, event_id, target_rank, nbytes):
+    """Record one moment: an event whose start and end are the clock now (read first), flagged
+    instant (``EVENT_INSTANT`` added to its id word)."""
+    now = clock_ns()
+    slot = _claim(buffer, capacity)
+    if slot >= 0:
+        event = _event_ptr(buffer, slot)
+        _describe(event, tl.cast(event_id, tl.int64) + _INSTANT, rank, target_rank, nbytes)
+        tl.store(event + _START, now)
+        tl.store(event + _END, now)
+
+
+# -- the aggregate ---------------------------------------------------------------------------------
+
+
+@aggregate
+class Tracing:
+    """This rank's trace buffer inside a kernel: ``Tracing.initialize(heap.context, ENABLED)``.
+
+    ``enabled`` is the constexpr given to ``initialize``; ``buffer``, ``capacity`` and ``rank``
+    are what ``trace_state`` reads (constants when not enabled). The methods pass them to the
+    free functions; they add nothing.
+    """
+
+    enabled: tl.constexpr
+    buffer: tl.tensor
+    capacity: tl.tensor
+    rank: tl.tensor
+
+    def __init__(self, enabled, buffer, capacity, rank):
+        self.enabled = tl.constexpr(enabled)
+        self.buffer = buffer
+        self.capacity = capacity
+        self.rank = rank
+
+    @staticmethod
+    @triton.jit
+    def initialize(context_ptr, ENABLED: tl.constexpr):
+        """Read the trace buffer's address and capacity and the rank from ``heap.context``.
+
+        ``ENABLED`` False: nothing is read and every call on the result compiles to nothing.
+        """
+        if ENABLED:
+            buffer, capacity, rank = trace_state(context_ptr)
+        else:
+            buffer = context_ptr.to(tl.pointer_type(tl.int64), bitcast=True)  # never dereferenced
+            capacity = tl.cast(0, tl.int64)
+            rank = tl.cast(0, tl.int64)
+        return Tracing(ENABLED, buffer, capacity, rank)
+
+    @triton.jit
+    def record_start(self, event_id, target_rank, nbytes):
+        """Start event ``event_id`` acting on ``target_rank`` with ``nbytes``; returns the handle for ``record_end``."""
+        if self.enabled:
+            handle = record_start(self.buffer, self.capacity, self.rank, event_id, target_rank, nbytes)
+        else:
+            handle = tl.cast(-1, tl.int64)
+        return handle
+
+    @triton.jit
+    def record_end(self, handle):
+        """End the event ``handle`` (a handle of -1, not recorded, does nothing)."""
+        if self.enabled:
+            record_end(self.buffer, self.capacity, handle)
+
+    @triton.jit
+    def record_instant(self, event_id, target_rank, nbytes):
+        """Record one moment: event ``event_id`` acting on ``target_rank`` with ``nbytes``."""
+        if self.enabled:
+            record_instant(self.buffer, self.capacity, self.rank, event_id, target_rank, nbytes)
+
+
+# -- the device clock, read from the host ------------------------------------------------------------
+
+
+@triton.jit
+def _clock_kernel(out_ptr):
+    tl.store(out_ptr, clock_ns())
+
+
+def device_clock(device=None) -> int:
+    """The device clock now, in nanoseconds of ``clock_ns`` (what kernels record), read from the host.
+
+    Launches a one-program kernel that stores ``clock_ns()`` and waits for it: the value was read
+    somewhere between the call and the return. It is the ``clock`` that ``heap.tracing.enable``
+    needs on CUDA heaps: ``heap.tracing.enable(clock=iris.mem.triton.device_clock)``. ``device``:
+    a CUDA device (default: the current one) or ``"cpu"`` (CPU ranks: under ``TRITON_INTERPRET=1``,
+    the host's monotonic clock).
+    """
+    if device is None:
+        device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else "cpu"
+    device = torch.device(device)
+    out = torch.zeros(1, dtype=torch.int64, device=device)
+    if device.type == "cuda":
+        with torch.cuda.device(device):
+            _clock_kernel[(1,)](out)
+    else:
+        _clock_kernel[(1,)](out)
+    return int(out.item())  # waits for the kernel

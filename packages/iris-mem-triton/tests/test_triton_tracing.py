@@ -1,0 +1,248 @@
+"""Device-side tracing from Triton kernels (``iris.mem.triton.Tracing`` and its free functions) into
+``heap.tracing``: complete, well-formed events on world sizes 1-4, a full buffer that drops exactly
+what does not fit and writes nothing past itself, nothing recorded when tracing is compiled out or
+off at run time, a disabled kernel that compiles to its untraced twin (NVIDIA and AMD, no GPU
+needed), and on a GPU the same events plus the clock alignment. The kernels are _tracing_kernels."""
+
+import importlib
+import json
+import re
+
+import pytest
+import torch
+
+import iris.heap
+from iris.heap import context as abi
+from iris.heap.tracing import EVENTS, RESERVATION
+from iris.testing import COMPILE_TARGETS, gather
+from iris.testing.mem.lowering import TARGETS, compile_one
+
+HEAP_SIZE = 1 << 20
+GRID = (2, 2)  # a 2-D grid: the program word is its flattened position
+PROGRAMS = GRID[0] * GRID[1]
+N = 3  # intervals per program, then one instant
+INSTANT = EVENTS["exit wait"]
+
+
+def _kernels():
+    return importlib.import_module("_tracing_kernels")  # in the rank, once TRITON_INTERPRET is settled
+
+
+def _launch(heap, counts, event, trace=True, free=False, grid=GRID, n=N):
+    _kernels().traced_kernel[grid](counts, heap.context, EVENT=event, INSTANT=INSTANT, N=n, TRACE=trace, FREE=free)
+
+
+def check_events(events, rank, world_size, event, programs, n=N, sequential=True):
+    """Every program's N intervals (ended, targets and bytes as launched) and its instant, in order."""
+    assert all(e["end_ns"] is not None for e in events), "every start has an end"
+    assert {e["rank"] for e in events} == {rank}
+    by_program = {}
+    for e in events:
+        by_program.setdefault(e["program"], []).append(e)
+    assert sorted(by_program) == list(range(programs))
+    for mine in by_program.values():  # claim order is each program's own order
+        assert [(e["id"], e["instant"], e["target_rank"], e["bytes"]) for e in mine] == [
+            (event, False, (rank + i) % world_size, 8 * (i + 1)) for i in range(n)
+        ] + [(INSTANT, True, rank, 0)]
+        times = [t for e in mine for t in (e["start_ns"], e["end_ns"])]
+        assert times == sorted(times), "a program's timestamps go backwards"
+    if sequential:  # CPU ranks run programs one after another on one thread: per SM too
+        for sm in {e["sm"] for e in events}:
+            times = [t for e in events if e["sm"] == sm for t in (e["start_ns"], e["end_ns"])]
+            assert times == sorted(times), f"SM {sm}'s timestamps go backwards"
+
+
+def check_merged(path, world_size, event_name, programs, n=N):
+    doc = json.loads(path.read_text())
+    assert doc["displayTimeUnit"] == "ns" and doc["otherData"]["world_size"] == world_size
+    drawn = [e for e in doc["traceEvents"] if e["ph"] != "M"]
+    for rank in range(world_size):
+        mine = [e for e in drawn if e["pid"] == rank]
+        assert sorted({e["args"]["program"] for e in mine}) == list(range(programs))
+        assert sum(e["ph"] == "X" and e["name"] == event_name for e in mine) == programs * n
+        assert sum(e["ph"] == "i" and e["name"] == "exit wait" for e in mine) == programs
+        for sm in {e["tid"] for e in mine}:
+            ts = [e["ts"] for e in mine if e["tid"] == sm]
+            assert ts == sorted(ts)
+    assert [r["dropped"] for r in doc["otherData"]["ranks"]] == [0] * world_size
+    return doc
+
+
+# -- CPU ranks (and GPUs: the same bodies) -------------------------------------------------------
+
+
+def _records(rank, world_size, free, path):
+    heap = iris.heap.init(HEAP_SIZE)
+    clock = None
+    if heap.device.type == "cuda":
+        import iris.mem.triton as imt
+
+        clock = imt.device_clock
+    event = heap.tracing.register("traced tile")
+    heap.tracing.enable(64, clock=clock)
+    counts = heap.zeros(PROGRAMS, dtype=torch.int64)
+    _launch(heap, counts, event, free=free)
+    events = heap.tracing.events()
+    assert counts.tolist() == [N] * PROGRAMS, "the kernel did its work"
+    assert len(events) == PROGRAMS * (N + 1) and heap.tracing.dropped == 0
+    assert all(e["sm"] == 0 for e in events) or heap.device.type == "cuda"
+    check_events(events, rank, world_size, event, PROGRAMS, sequential=heap.device.type == "cpu")
+    heap.tracing.export(path)
+    cal = heap.tracing.calibration
+    return cal.offset_ns, cal.uncertainty_ns, heap.device.type
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+def test_every_program_records_complete_events_merged_on_one_timeline(world, tmp_path, world_size):
+    path = tmp_path / "trace.json"
+    offsets = world.run(_records, world_size, world_size % 2 == 0, path)
+    check_merged(path, world_size, "traced tile", PROGRAMS)
+    if offsets[0][2] == "cpu":  # one host clock: every rank's offset is the same, within the uncertainties
+        for offset, uncertainty, _ in offsets:
+            assert abs(offset - offsets[0][0]) <= uncertainty + offsets[0][1] + 100_000
+
+
+def _overflow_and_off(rank, world_size):
+    """A full buffer drops exactly the claims past it, writes nothing past it; off writes nothing."""
+    import iris.mem.triton as imt
+
+    heap = iris.heap.init(HEAP_SIZE)
+    above = heap.reserve("canary above", 256).fill_(0xA5)  # reservations grow down: the buffer goes below
+    heap.tracing.enable(5, clock=imt.device_clock if heap.device.type == "cuda" else None)
+    below = heap.empty(heap.stats().largest_free_block, dtype=torch.uint8).fill_(0x5A)  # every byte left
+    words = heap.reservations()[RESERVATION].tensor.view(torch.int64)
+    assert heap.offset(below) + below.numel() == heap.reservations()[RESERVATION].offset
+    counts = torch.zeros(PROGRAMS, dtype=torch.int64, device=heap.device)
+
+    _launch(heap, counts, 7, free=rank % 2 == 1)
+    claims = PROGRAMS * (N + 1)
+    assert heap.tracing.dropped == claims - 5 and int(words[abi.TRACE_CLAIMED]) == claims
+    events = heap.tracing.events()
+    assert len(events) == 5 and all(e["end_ns"] is not None for e in events)  # every kept slot complete
+    assert words[1 : abi.TRACE_HEADER_WORDS].count_nonzero() == 0, "the rest of the header stays zero"
+
+    heap.tracing.reset()
+    _launch(heap, counts, 7, trace=False)  # compiled out
+    assert words.count_nonzero() == 0 and heap.tracing.events() == []
+    heap.tracing.disable()
+    _launch(heap, counts, 7, free=False)  # off at run time: both APIs
+    _launch(heap, counts, 7, free=True)
+    assert words.count_nonzero() == 0 and heap.tracing.dropped == 0
+    assert bool((above == 0xA5).all()) and bool((below == 0x5A).all()), "the neighbours are untouched"
+    assert counts.tolist() == [4 * N] * PROGRAMS
+
+    if heap.device.type == "cpu":  # the device clock read by a kernel agrees with the direct reading
+        direct = heap.tracing.calibration
+        heap.tracing.enable(5, clock=imt.device_clock)
+        kernel = heap.tracing.calibration
+        assert kernel.source.endswith("device_clock") and direct.source == "host monotonic clock"
+        assert abs(kernel.offset_ns - direct.offset_ns) <= kernel.uncertainty_ns + direct.uncertainty_ns + 100_000
+    heap.close()
+    with pytest.raises(iris.heap.HeapClosedError):  # a closed heap's context traces nothing
+        _launch(heap, counts, 7, free=rank % 2 == 0)
+        heap.check_device_errors()
+    assert words.count_nonzero() == 0
+
+
+def test_a_full_buffer_drops_exactly_the_overflow_and_tracing_off_writes_nothing(world):
+    world.run(_overflow_and_off, 2)
+
+
+def _compile(rank, world_size):
+    """{label: (clock reads, multiprocessor reads, atomics, normalized assembly)} on this rank's target."""
+    K, name = _kernels(), COMPILE_TARGETS[rank]
+    asm = {"cuda": "ptx", "hip": "amdgcn"}[name]
+    words = {"cuda": ("%globaltimer", "%smid", "atom."), "hip": ("s_memrealtime", "HW_REG_HW_ID", "global_atomic")}
+    out = {}
+    for label, fn, signature, constexprs in K.compile_cases(TARGETS[name]):
+        text = compile_one(K, fn, signature, constexprs, TARGETS[name]).asm[asm]
+        out[label] = tuple(text.count(w) for w in words[name]) + (_normalized(text, fn.__name__, name),)
+    return name, out
+
+
+#: What starts a comment in each target's assembly.
+_COMMENT = {"cuda": "//", "hip": ";"}
+
+
+def _normalized(text, kernel_name, target):
+    """Assembly without the kernel's name, debug sections and line records, comments and spacing."""
+    text = re.sub(r"\.section\s+\.debug.*", "", text, flags=re.S)
+    lines = (" ".join(line.split(_COMMENT[target])[0].split()) for line in text.splitlines())
+    keep = [line for line in lines if line and not line.startswith((".loc", ".file"))]
+    return "\n".join(keep).replace(kernel_name, "KERNEL")
+
+
+def test_a_disabled_kernel_compiles_to_its_untraced_twin(compiler):
+    for name, out in compiler.run(_compile):
+        untraced_atomics = out["untraced"][2]  # Context.initialize's (a closed heap's error record)
+        for label in ("traced", "traced, free functions"):
+            clocks, sms, atomics, _ = out[label]
+            assert clocks and sms and atomics > untraced_atomics, f"{name} {label}: no clock, SM id or claim"
+        assert out["disabled"][:3] == (0, 0, untraced_atomics), f"{name}: the disabled kernel still traces"
+        assert out["disabled"][3] == out["untraced"][3], f"{name}: the disabled kernel differs from the untraced one"
+
+
+# -- GPUs ---------------------------------------------------------------------------------------------
+
+
+def _gpu_records(rank, world_size, path):
+    import iris.mem.triton as imt
+
+    heap = iris.heap.init(HEAP_SIZE)
+    event = heap.tracing.register("traced tile")
+    heap.tracing.enable(1 << 14, clock=imt.device_clock)
+    programs = 2 * torch.cuda.get_device_properties(heap.device).multi_processor_count
+    counts = heap.zeros(programs, dtype=torch.int64)
+    _launch(heap, counts, event, grid=(programs,))
+    events = heap.tracing.events()
+    assert counts.tolist() == [N] * programs and len(events) == programs * (N + 1)
+    sms = torch.cuda.get_device_properties(heap.device).multi_processor_count
+    assert all(0 <= e["sm"] < sms for e in events) and len({e["sm"] for e in events}) > 1
+    check_events(events, rank, world_size, event, programs, sequential=False)
+    heap.tracing.export(path)
+    # The clock alignment: after one device barrier every rank records an instant.
+    heap.tracing.reset()
+    flags = heap.zeros(1, dtype=torch.int32)
+    heap.barrier()
+    _kernels().barrier_instant_kernel[(1,)](flags, heap.context, EVENT=INSTANT)
+    (instant,) = heap.tracing.events()
+    cal = heap.tracing.calibration
+    every = gather(
+        (instant["start_ns"] + cal.offset_ns, cal.offset_ns, cal.uncertainty_ns, str(heap.device)), world_size
+    )
+    return programs, every
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_gpu_events_and_clock_alignment(world, tmp_path, world_size):
+    path = tmp_path / "trace.json"
+    results = world.run(_gpu_records, world_size, path)
+    programs, every = results[0]
+    check_merged(path, world_size, "traced tile", programs)
+    instants = [t for t, _, _, _ in every]
+    uncertainties = [u for _, _, u, _ in every]
+    print(
+        f"\nW={world_size}: clock offset uncertainty per rank {[u / 1e3 for u in uncertainties]} us; "
+        f"instants after one device barrier, merged: spread {(max(instants) - min(instants)) / 1e3:.1f} us"
+    )
+    assert max(uncertainties) < 1_000_000, "a clock offset is uncertain by more than a millisecond"
+    devices = [d for _, _, _, d in every]
+    for _, offset, uncertainty, device in every:  # ranks on one GPU read one clock
+        first = devices.index(device)
+        assert abs(offset - every[first][1]) <= uncertainty + every[first][2]
+
+
+@pytest.mark.gpu
+def test_gpu_disabled_kernel_is_the_untraced_kernel():
+    import triton
+
+    K = _kernels()
+    target = triton.runtime.driver.active.get_current_target()
+    cases = {label: (fn, sig, c) for label, fn, sig, c in K.compile_cases(target)}
+    text = {}
+    for label in ("disabled", "untraced"):
+        fn, sig, constexprs = cases[label]
+        text[label] = _normalized(compile_one(K, fn, sig, constexprs, target).asm["ptx"], fn.__name__, "cuda")
+    assert "%globaltimer" not in text["disabled"] and "%smid" not in text["disabled"]
+    assert text["disabled"] == text["untraced"]

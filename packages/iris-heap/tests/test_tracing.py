@@ -3,7 +3,8 @@ disable / reset / register, reading events, and the Chrome Trace Event export (m
 
 iris-heap runs no kernels, so these tests write events the way device code does (one claim on the
 counter, then the words of the slot, in iris.heap.context's layout); iris-mem-triton's
-test_triton_tracing records them from kernels.
+test_triton_tracing records them from kernels, on GPUs too. The heaps here are CPU heaps, also on
+a machine with a GPU: a CUDA heap's tracing needs a device clock that only a kernel can read.
 """
 
 import gc
@@ -21,10 +22,14 @@ from iris.heap.tracing import EVENTS, FIRST_USER_EVENT, RESERVATION, calibrate, 
 HEAP_SIZE = 1 << 20
 
 
+def new_heap():
+    return iris.heap.init(HEAP_SIZE, device="cpu")
+
+
 @pytest.fixture
 def heap():
     """A heap of world size 1 in this process (no ranks to spawn)."""
-    with iris.heap.init(HEAP_SIZE) as h:
+    with new_heap() as h:
         yield h
 
 
@@ -146,7 +151,7 @@ def test_a_full_buffer_counts_dropped_events_and_leaves_its_neighbours_alone(hea
 
 
 def test_close_releases_the_buffer_with_the_heap(tmp_path):
-    heap = iris.heap.init(HEAP_SIZE)
+    heap = new_heap()
     heap.tracing.enable(16)
     buffer = weakref.ref(heap.reservations()[RESERVATION].tensor)
     tracing = heap.tracing
@@ -166,7 +171,7 @@ def test_calibration_finds_a_clocks_offset_within_its_uncertainty():
     skew = 123_456_789
     cal = calibrate(lambda: time.time_ns() - skew, 32, "a test clock")
     assert abs(cal.offset_ns - skew) <= cal.uncertainty_ns + 1_000 and cal.samples == 32
-    with iris.heap.init(HEAP_SIZE) as heap:
+    with new_heap() as heap:
         heap.tracing.enable(1)
         cal = heap.tracing.calibration
         assert cal.source == "host monotonic clock" and cal.uncertainty_ns < 1_000_000
@@ -215,7 +220,7 @@ def test_merging_maps_every_rank_onto_one_timeline():
 
 def _collectives(rank, world_size, path):
     """register and enable agree across ranks; export merges every rank's events into rank 0's file."""
-    heap = iris.heap.init(HEAP_SIZE)
+    heap = new_heap()
     tracing = heap.tracing
     ids = [tracing.register("phase a"), tracing.register("phase b"), tracing.register("phase a")]
     assert ids == [FIRST_USER_EVENT, FIRST_USER_EVENT + 1, FIRST_USER_EVENT]
@@ -282,7 +287,7 @@ def test_register_enable_and_merged_export_across_ranks(world, tmp_path):
 
 
 def _per_rank_files_and_errors(rank, world_size, folder):
-    heap = iris.heap.init(HEAP_SIZE)
+    heap = new_heap()
     heap.tracing.enable(4)
     record(heap, EVENTS["tile"], 10, 20, sm=rank)
     written = heap.tracing.export(folder / "trace.json", merge=False)

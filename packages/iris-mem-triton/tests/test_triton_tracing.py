@@ -138,8 +138,10 @@ def _overflow_and_off(rank, world_size):
         assert kernel.source.endswith("device_clock") and direct.source == "host monotonic clock"
         assert abs(kernel.offset_ns - direct.offset_ns) <= kernel.uncertainty_ns + direct.uncertainty_ns + 100_000
     heap.close()
-    with pytest.raises(iris.heap.HeapClosedError):  # a closed heap's context traces nothing
-        _launch(heap, counts, 7, free=rank % 2 == 0)
+    _launch(heap, counts, 7, free=rank % 2 == 0)  # a closed heap's context traces nothing
+    if heap.device.type == "cuda":
+        torch.cuda.synchronize(heap.device)
+    with pytest.raises(iris.heap.HeapClosedError):
         heap.check_device_errors()
     assert words.count_nonzero() == 0
 
@@ -190,14 +192,15 @@ def _gpu_records(rank, world_size, path):
 
     heap = iris.heap.init(HEAP_SIZE)
     event = heap.tracing.register("traced tile")
-    heap.tracing.enable(1 << 14, clock=imt.device_clock)
-    programs = 2 * torch.cuda.get_device_properties(heap.device).multi_processor_count
+    heap.tracing.enable(4096, clock=imt.device_clock)
+    sms = torch.cuda.get_device_properties(heap.device).multi_processor_count
+    programs = 2 * sms
     counts = heap.zeros(programs, dtype=torch.int64)
     _launch(heap, counts, event, grid=(programs,))
     events = heap.tracing.events()
     assert counts.tolist() == [N] * programs and len(events) == programs * (N + 1)
-    sms = torch.cuda.get_device_properties(heap.device).multi_processor_count
-    assert all(0 <= e["sm"] < sms for e in events) and len({e["sm"] for e in events}) > 1
+    # %smid is below %nsmid, which may exceed the SM count (ids need not be contiguous).
+    assert all(0 <= e["sm"] < 4 * sms for e in events) and len({e["sm"] for e in events}) > sms // 2
     check_events(events, rank, world_size, event, programs, sequential=False)
     heap.tracing.export(path)
     # The clock alignment: after one device barrier every rank records an instant.

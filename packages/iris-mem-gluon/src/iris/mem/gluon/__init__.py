@@ -11,14 +11,16 @@
 
 The device API of DESIGN.md, as the Triton layer has it, for Gluon. Layouts are explicit; :func:`blocked_layout` gives one with
 the target's warp size. Runs compiled on NVIDIA and AMD GPUs, and on CPU ranks under
-``TRITON_INTERPRET=1`` through :mod:`iris.mem.gluon.interpret` (enabled on import there).
+``TRITON_INTERPRET=1`` inside :class:`interpret`, which a launch enters explicitly
+(``with interpret(): kernel[grid](...)``, or ``@interpret()`` on the kernel). Importing this
+package changes nothing in Triton or Gluon: a Gluon kernel launched outside ``interpret`` runs
+as it would without Iris.
 """
 
 from __future__ import annotations
 
-import triton as _triton
-
 import iris.heap as _heap
+from iris.heap import _triton_compat
 
 __version__ = "0.2.0"
 
@@ -33,10 +35,9 @@ if _heap.CONTEXT_ABI_VERSION != CONTEXT_ABI_VERSION:
         "within iris-mem-gluon's declared range"
     )
 
-from . import interpret, ops  # noqa: E402
-from ._compat import GluonASTSource, aggregate, barrier  # noqa: E402
+from . import ops  # noqa: E402
+from ._cpu import UnsupportedOnCPUError, interpret  # noqa: E402
 from .context import Context  # noqa: E402
-from .interpret import UnsupportedOnCPUError  # noqa: E402
 from .layouts import blocked_layout, current_target, warp_size  # noqa: E402
 from .ops import (  # noqa: E402
     InterpreterAtomicError,
@@ -49,6 +50,7 @@ from .ops import (  # noqa: E402
     atomic_sub,
     atomic_xchg,
     atomic_xor,
+    barrier,
     clock_ns,
     copy,
     get,
@@ -62,8 +64,10 @@ from .ops import (  # noqa: E402
     wait_timeout_ns,
 )
 
-if _triton.knobs.runtime.interpret:
-    interpret.enable()
+#: The source of compile-only Gluon builds (``triton.compile(GluonASTSource(fn, signature, constexprs), target=...)``).
+GluonASTSource = _triton_compat.gluon_ast_source()
+#: ``@aggregate`` on a class of annotated fields, a plain ``__init__`` and ``@gluon.jit`` methods.
+aggregate = _triton_compat.aggregate
 
 __all__ = [
     "CONTEXT_ABI_VERSION",

@@ -8,8 +8,9 @@ The methods pass the context's own rank and heap bases to the free functions; th
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
+from iris.heap._triton_compat import aggregate
+
 from . import ops
-from ._compat import aggregate
 
 __all__ = ["Context"]
 

@@ -10,7 +10,7 @@ is broadcast into the pointers' layout first (Gluon on triton 3.6 rejects scalar
 ``wait``, ``record_error`` and ``healthy`` take the whole context (``heap.context``), which they
 read only through the names of ``iris.heap.context`` (ABI version 2).
 
-The same code runs compiled (NVIDIA and AMD) and on CPU ranks (:mod:`iris.mem.gluon.interpret`).
+The same code runs compiled (NVIDIA and AMD) and on CPU ranks (inside :class:`iris.mem.gluon.interpret`).
 """
 
 from __future__ import annotations
@@ -18,13 +18,14 @@ from __future__ import annotations
 import time
 
 import triton.language as tl
+from triton import constexpr_function
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
+from iris.heap import _triton_compat
 from iris.heap import context as _abi
 
-from . import interpret as _cpu
-from ._compat import constexpr_function
+from . import _cpu
 
 __all__ = [
     "translate",
@@ -47,6 +48,7 @@ __all__ = [
     "wait_timeout_ns",
     "record_error",
     "healthy",
+    "barrier",
     "InterpreterAtomicError",
 ]
 
@@ -83,7 +85,7 @@ class InterpreterAtomicError(TypeError):
 @constexpr_function
 def _check_atomic(dtype, op):
     """Raise InterpreterAtomicError for ``op`` on ``dtype`` on CPU ranks; nothing when compiled."""
-    if not _cpu._active:
+    if not _cpu._state.launches:
         return True
     name = getattr(dtype, "name", str(dtype))
     allowed = _CROSS_PROCESS_INT if op in _INTEGER_ONLY else _CROSS_PROCESS
@@ -295,7 +297,7 @@ def atomic_xor(
 @constexpr_function
 def _cpu_float(dtype):
     """Whether a float min/max must take the integer route below (only on CPU ranks)."""
-    return bool(_cpu._active) and dtype.is_floating()
+    return bool(_cpu._state.launches) and dtype.is_floating()
 
 
 @constexpr_function
@@ -391,7 +393,7 @@ def _clock_ns(_semantic=None):
     generator's options (``backend_name``), which name the target being generated for even in a
     process whose active driver is another or none (compile-only checks).
     """
-    if _cpu._active:
+    if _cpu._state.launches:
         return gl.cast(time.monotonic_ns(), gl.int64)
     backend = _semantic.builder.options.backend_name
     if backend not in _CLOCK_ASM:
@@ -560,3 +562,15 @@ def wait(flag_ptr, value, context_ptr, cmp: gl.constexpr = None):
         offset, last = _first_missed(flag_ptr, seen, _holds(seen, value, op), base)
         record_error(context_ptr, _ERROR_WAIT_TIMEOUT, offset, last, -1, waited)
     return ok & done
+
+
+_HAS_BARRIER = gl.constexpr(_triton_compat.gluon_has_barrier())
+
+
+@gluon.jit
+def barrier():
+    """Synchronize the threads of the program (CTA); a no-op on CPU ranks."""
+    if _HAS_BARRIER:
+        gl.barrier()
+    else:
+        gl.thread_barrier()

@@ -8,7 +8,10 @@
 ...     offs = tl.arange(0, N)
 ...     ctx.put(x_ptr + offs, x_ptr + offs, (ctx.rank + 1) % ctx.world_size)
 
-Runs compiled on GPUs and under ``TRITON_INTERPRET=1`` on CPU ranks.
+Runs compiled on GPUs and under ``TRITON_INTERPRET=1`` on CPU ranks. Importing it changes nothing
+in Triton; on triton 3.6 with numpy >= 2.4 a kernel that takes a scalar as a ``range`` bound on
+CPU ranks is launched inside :class:`interpret` (``with interpret(): ...`` or ``@interpret()``
+on the kernel), which fixes the interpreter for the launches inside it only.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ if _heap.CONTEXT_ABI_VERSION != CONTEXT_ABI_VERSION:
     )
 
 from . import ops  # noqa: E402
-from ._interpreter import InterpreterAtomicError  # noqa: E402
+from ._interpreter import InterpreterAtomicError, interpret  # noqa: E402
 from .context import Context  # noqa: E402
 from .ops import (  # noqa: E402
     atomic_add,
@@ -74,6 +77,7 @@ __all__ = [
     "device_clock",
     "get",
     "healthy",
+    "interpret",
     "load",
     "ops",
     "put",

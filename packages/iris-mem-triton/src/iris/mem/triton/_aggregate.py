@@ -2,7 +2,8 @@
 
 Two traps (see the project's PLATFORM.md):
 
-* ``__init__`` must be callable by the code generator: it is marked ``__triton_builtin__``.
+* ``__init__`` must be callable by the code generator (triton 3.6): ``iris.heap._triton_compat.aggregate``
+  marks it, for both device layers.
 * Under ``TRITON_INTERPRET=1`` ``@triton.jit`` methods are ``InterpretedFunction`` objects, which
   Triton's ``_aggregate`` does not copy onto the aggregate class and which do not bind ``self``;
   they are re-attached here (static methods as static methods, the others as bound methods).
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import functools
 
-from triton.language.core import _aggregate
+from iris.heap import _triton_compat
 
 from ._interpreter import INTERPRETED
 
@@ -21,10 +22,7 @@ __all__ = ["aggregate"]
 
 def aggregate(cls):
     """Make ``cls`` (annotated fields, a plain ``__init__``, ``@triton.jit`` methods) a Triton aggregate."""
-    init = cls.__dict__.get("__init__")
-    if init is not None and not hasattr(init, "__triton_builtin__"):
-        init.__triton_builtin__ = True
-    agg = _aggregate(cls)
+    agg = _triton_compat.aggregate(cls)
     if INTERPRETED:
         for name, member in cls.__dict__.items():
             if name.startswith("__"):

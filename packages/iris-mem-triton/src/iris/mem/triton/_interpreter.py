@@ -1,4 +1,6 @@
-"""What Triton's interpreter (``TRITON_INTERPRET=1``, the CPU backend) cannot do, checked at trace time.
+"""Triton's interpreter (``TRITON_INTERPRET=1``, the CPU backend): what it cannot do, checked at
+trace time, and :class:`interpret`, the scope in which Iris's fixes to it apply (nothing is
+patched at import).
 
 The interpreter runs an atomic as a real hardware atomic on the raw address only for 32- and
 64-bit elements; 16-bit floats fall back to a per-process mutex (updates from other processes are
@@ -10,8 +12,9 @@ silently wrong count, the atomics raise :class:`InterpreterAtomicError` when tra
 from __future__ import annotations
 
 import triton
+from iris.heap import _triton_compat
 
-__all__ = ["INTERPRETED", "InterpreterAtomicError", "check_atomic"]
+__all__ = ["INTERPRETED", "InterpreterAtomicError", "check_atomic", "interpret"]
 
 
 @triton.jit
@@ -50,31 +53,23 @@ def check_atomic(dtype, op):
     return True
 
 
-def _fix_scalar_index() -> bool:
-    """Triton 3.6's interpreter turns a scalar into a Python int with ``int(data)``, which numpy 2
-    refuses for its shape-(1,) scalars: ``for r in range(ctx.world_size)`` fails. 3.9 squeezes
-    first; do the same on 3.6 (only when interpreted, and only if the installed interpreter lacks it)."""
-    import inspect
+class interpret(_triton_compat.Scope):  # noqa: N801 - used like a function: with interpret(), @interpret()
+    """Run Triton kernels on CPU ranks (``TRITON_INTERPRET=1``) with the fixes Iris needs there.
 
-    from triton.runtime import interpreter
+    >>> with iris.mem.triton.interpret():
+    ...     kernel[grid](x, heap.context, N=1024)
 
-    original = getattr(interpreter, "_patch_lang_tensor", None)
-    if original is None or getattr(original, "_iris_fixed", False):
-        return False
-    try:
-        if "squeeze" in inspect.getsource(original):
-            return False
-    except (OSError, TypeError):
-        return False
+    >>> @iris.mem.triton.interpret()    # every launch of this kernel runs inside the scope
+    ... @triton.jit
+    ... def kernel(...): ...
 
-    def _patch_lang_tensor(tensor, scope):
-        original(tensor, scope)
-        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))
+    Triton's interpreter runs ``@triton.jit`` kernels on CPU without Iris; inside this scope it
+    also takes a scalar (a kernel argument, or a value loaded through one, such as
+    ``ctx.world_size``) as a ``range`` bound on triton 3.6 with numpy >= 2.4, which it refuses
+    there otherwise (3.9 needs no fix, and then the scope patches nothing). As a decorator of a
+    host function, the function runs inside. Without ``TRITON_INTERPRET=1`` it changes nothing.
+    Outside the scope the interpreter behaves as if Iris were not imported. Re-entrant; per
+    thread; restored on exit, exceptions included.
+    """
 
-    _patch_lang_tensor._iris_fixed = True
-    interpreter._patch_lang_tensor = _patch_lang_tensor
-    return True
-
-
-if INTERPRETED:
-    _fix_scalar_index()
+    patches = (_triton_compat.SCALAR_INDEX,)

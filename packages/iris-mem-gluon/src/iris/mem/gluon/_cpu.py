@@ -1,7 +1,9 @@
-"""CPU execution of Gluon kernels: ``@gluon.jit`` code on CPU ranks, under ``TRITON_INTERPRET=1``.
+"""CPU execution of Gluon kernels: ``@gluon.jit`` code on CPU ranks, under ``TRITON_INTERPRET=1``,
+inside an explicit scope (:class:`interpret`).
 
-Gluon kernels do not run under Triton's interpreter (it has no Gluon front end). This module
-runs them anyway, by forwarding the Gluon language onto the interpreted Triton language:
+Gluon kernels do not run under Triton's interpreter (it has no Gluon front end). Inside
+:class:`interpret` they run anyway, by forwarding the Gluon language onto the interpreted Triton
+language:
 
 * layouts are dropped (``gl.arange(0, N, layout=L)`` is ``tl.arange(0, N)``, ``gl.full``,
   ``gl.zeros``, ``gl.full_like``, ``gl.zeros_like`` likewise) and ``gl.convert_layout`` /
@@ -19,27 +21,27 @@ the other MMA instructions (wgmma, tcgen05, MFMA, WMMA, whose operands live in s
 memory or in target layouts), inline assembly, tensor memory, and every other target intrinsic
 under ``gl.nvidia`` / ``gl.amd``.
 
-How it hooks in: :func:`enable` teaches Triton's ``GluonJITFunction`` class to launch through
-the interpreter (``kernel[grid](...)``), to call ``@gluon.jit`` device functions as Python while
-such a launch runs, and to bind ``@gluon.jit`` methods of aggregates to their instance. Kernel
-source is unchanged: ``@gluon.jit`` stays ``@gluon.jit``, whether the kernel was decorated before
-or after :func:`enable`. ``import iris.mem.gluon`` calls :func:`enable` when ``TRITON_INTERPRET=1``
-(the variable must be set before the process imports triton, as for Triton's own interpreter).
-
-The Gluon language is swapped in only while a CPU launch runs and restored afterwards, so
-compile-only work (``triton.compile(GluonASTSource(...), target=...)``) in the same process is
-unaffected. Code must reach Gluon through its modules (``gl.arange``, ``tma.async_load``), as
-Gluon code does; a builtin imported by name (``from ...gluon.language import arange``) before the
-launch is the original and cannot run on CPU.
+What is patched, and for how long. Importing ``iris.mem.gluon`` patches nothing. While a thread
+is inside :class:`interpret` (and ``TRITON_INTERPRET=1``), Triton's ``GluonJITFunction`` class
+launches through the interpreter (``kernel[grid]``), calls ``@gluon.jit`` device functions as
+Python while such a launch runs, and binds ``@gluon.jit`` methods of aggregates to their
+instance; each hook acts for the threads inside the scope only, and the class gets back its own
+attributes when the last thread leaves. The Gluon language itself (``gl.*``) is swapped only
+while a CPU launch runs, so compile-only work (``triton.compile(GluonASTSource(...), ...)``),
+even inside the scope, is unaffected. Kernel source is unchanged: ``@gluon.jit`` stays
+``@gluon.jit``, whenever the kernel was decorated. Code must reach Gluon through its modules
+(``gl.arange``, ``tma.async_load``), as Gluon code does; a builtin imported by name
+(``from ...gluon.language import arange``) is the original and cannot run on CPU.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import threading
 import types
+import weakref
 
-import triton
 import triton.language as tl
 from triton.experimental.gluon import language as gl
 from triton.language import core as _tl_core
@@ -47,7 +49,9 @@ from triton.runtime import interpreter as _interp
 from triton.runtime.errors import InterpreterError
 from triton.runtime.jit import JITFunction
 
-__all__ = ["UnsupportedOnCPUError", "active", "enable", "enabled"]
+from iris.heap import _triton_compat as _compat
+
+__all__ = ["UnsupportedOnCPUError", "interpret"]
 
 _GLUON_LANGUAGE = gl.__name__  # "triton.experimental.gluon.language"
 
@@ -64,38 +68,57 @@ def _jit_function_class():
 
 
 _GluonJITFunction = _jit_function_class()
-_ORIGINAL_CALL = _GluonJITFunction.__dict__.get("__call__") or JITFunction.__call__
-
-_enabled = False
-_active = 0  # depth of CPU launches in progress (0: none)
-_launch_num_warps = 4
 
 
-def enabled() -> bool:
-    """Whether :func:`enable` has installed CPU execution in this process."""
-    return _enabled
+class _LaunchState(threading.local):
+    launches = 0  # depth of CPU launches in progress on this thread (0: none)
+    num_warps = 4  # the innermost launch's num_warps (gl.num_warps())
 
 
-def active() -> bool:
-    """Whether a Gluon kernel is being run on CPU right now (true only inside such a launch)."""
-    return _active > 0
+#: Per thread; ``ops`` reads ``launches`` (an attribute, which Triton's dependency scan accepts).
+_state = _LaunchState()
+
+#: ``GluonJITFunction``'s own attributes before the hooks (None: inherited or absent); the hooks
+#: fall back to what a lookup finds without them for threads outside the scope.
+_originals: dict = {}
 
 
-def enable() -> None:
-    """Run ``@gluon.jit`` kernels on CPU in this process (idempotent; needs ``TRITON_INTERPRET=1``)."""
-    global _enabled
-    if _enabled:
-        return
-    if not triton.knobs.runtime.interpret:
-        raise RuntimeError(
-            "iris.mem.gluon.interpret.enable(): CPU execution of Gluon kernels forwards onto Triton's "
-            "interpreter, which is off in this process. Set TRITON_INTERPRET=1 in the environment before "
-            "anything imports triton (spawned rank processes inherit it)."
-        )
-    _GluonJITFunction.run = _run
-    _GluonJITFunction.__call__ = _call
-    _GluonJITFunction.__get__ = _get
-    _enabled = True
+def _install_hooks(set_attr) -> None:
+    for name in ("run", "__call__", "__get__"):
+        _originals[name] = getattr(_GluonJITFunction, name, None)
+    set_attr(_GluonJITFunction, "run", _run)
+    set_attr(_GluonJITFunction, "__call__", _call)
+    set_attr(_GluonJITFunction, "__get__", _get)
+
+
+_HOOKS = _compat.Patches("iris.mem.gluon: GluonJITFunction on CPU", _install_hooks)
+
+
+class interpret(_compat.Scope):  # noqa: N801 - used like a function: with interpret(), @interpret()
+    """Run Gluon kernels on CPU ranks (Triton's interpreter, ``TRITON_INTERPRET=1``) inside this scope.
+
+    >>> with iris.mem.gluon.interpret():
+    ...     kernel[grid](x, heap.context, BLOCK=1024, L=layout)
+
+    >>> @iris.mem.gluon.interpret()     # every launch of this kernel runs inside the scope
+    ... @gluon.jit
+    ... def kernel(...): ...
+
+    As a decorator of a host function, the function runs inside. Without ``TRITON_INTERPRET=1``
+    it changes nothing (kernels compile for the GPU), so the same code serves GPUs and CPU ranks;
+    the variable must be set before the process imports triton, as for Triton's interpreter.
+    Outside the scope Gluon behaves as if Iris were not imported. Re-entrant; per thread (other
+    threads' launches are untouched, but Triton's interpreter swaps ``triton.language`` for the
+    whole process while a launch runs, so run CPU ranks as processes). Everything patched is
+    restored on exit, exceptions included.
+    """
+
+    patches = (_compat.SCALAR_INDEX, _HOOKS)
+
+    @staticmethod
+    def active() -> bool:
+        """Whether a Gluon kernel is being run on CPU on this thread right now (inside a launch)."""
+        return _state.launches > 0
 
 
 # -- the GluonJITFunction hooks ------------------------------------------------------------------
@@ -103,6 +126,8 @@ def enable() -> None:
 
 def _run(self, *args, grid, warmup, **kwargs):
     """``kernel[grid](*args, **kwargs)``: every program of the grid, one after another, on CPU."""
+    if not _HOOKS.inside():
+        return _originals["run"](self, *args, grid=grid, warmup=warmup, **kwargs)
     if warmup:
         return None
     return _launch(self, grid, args, kwargs)
@@ -110,8 +135,8 @@ def _run(self, *args, grid, warmup, **kwargs):
 
 def _call(self, *args, **kwargs):
     """A device-function call: inside a CPU launch, run the function's (rewritten) Python."""
-    if not _active:
-        return _ORIGINAL_CALL(self, *args, **kwargs)
+    if not _state.launches:
+        return _originals["__call__"](self, *args, **kwargs)
     kwargs.pop("_semantic", None)
     kwargs.pop("_generator", None)
     return _python(self)(*args, **kwargs)
@@ -119,22 +144,24 @@ def _call(self, *args, **kwargs):
 
 def _get(self, instance, owner=None):
     """``ctx.method``: bound to the aggregate instance inside a CPU launch, the function otherwise."""
-    if instance is None or not _active:
-        return self
+    if instance is None or not _state.launches:
+        original = _originals["__get__"]
+        return self if original is None else original(self, instance, owner)
     return functools.partial(_call, self, instance)
 
 
+_rewritten = weakref.WeakKeyDictionary()  # jit function -> its Python, rewritten for the interpreter
+
+
 def _python(jit_fn):
-    """The function's Python, rewritten as Triton's interpreter rewrites it (cached on the object)."""
-    fn = jit_fn.__dict__.get("_iris_cpu_fn")
+    """The function's Python, rewritten as Triton's interpreter rewrites it (cached per function)."""
+    fn = _rewritten.get(jit_fn)
     if fn is None:
-        fn = _interp.FunctionRewriter(jit_fn.fn).rewrite_ast()
-        jit_fn._iris_cpu_fn = fn
+        fn = _rewritten[jit_fn] = _interp.FunctionRewriter(jit_fn.fn).rewrite_ast()
     return fn
 
 
 def _launch(jit_fn, grid, args, kwargs):
-    global _active, _launch_num_warps
     fn = _python(jit_fn)
     g = fn.__globals__
     if not any(inspect.ismodule(v) and v in (tl, _tl_core) for v in g.values()):
@@ -142,18 +169,17 @@ def _launch(jit_fn, grid, args, kwargs):
     executor = _interp.GridExecutor(fn, jit_fn.arg_names, grid, jit_fn.pre_run_hooks)
     # Constexpr-ness as the JIT function parsed it (string annotations such as "gl.constexpr" too).
     executor.constexprs = [p.name for p in jit_fn.params if p.is_constexpr]
-    saved = (_active, _launch_num_warps, _interp._patch_lang)
+    saved = (_state.launches, _state.num_warps, _interp._patch_lang)
     scopes = []
     try:
         # triton.language and triton.language.core, once for the whole launch: the executor and
-        # nested interpreted calls (tl.sum, ...) find them patched already.
+        # nested interpreted calls (tl.sum, ...) find them patched already (with the scalar index
+        # fix of _triton_compat.SCALAR_INDEX, which interpret() holds, where the release needs it).
         scopes.append(saved[2](_anchor))
-        # A scalar's data is a 1-element array; triton 3.6's int() of it fails on numpy >= 2.4.
-        scopes[0].set_attr(tl.tensor, "__index__", _index)
         scopes.append(_patch_gluon())
         _interp._patch_lang = _patched_already
-        _active += 1
-        _launch_num_warps = int(kwargs.get("num_warps") or 4)
+        _state.launches += 1
+        _state.num_warps = int(kwargs.get("num_warps") or 4)
         executor(*args, **kwargs)
     except InterpreterError as e:
         unsupported = _find_cause(e, UnsupportedOnCPUError)
@@ -161,18 +187,14 @@ def _launch(jit_fn, grid, args, kwargs):
             raise unsupported from None  # its traceback runs through the kernel's line
         raise
     finally:
-        _active, _launch_num_warps, _interp._patch_lang = saved
+        _state.launches, _state.num_warps, _interp._patch_lang = saved
         for scope in reversed(scopes):
             scope.restore()
 
 
-def _index(self):
-    return int(self.handle.data.reshape(-1)[0]) if self.handle.data.size == 1 else int(self.handle.data)
-
-
 def _patched_already(fn):
     """Stands in for the interpreter's language patching while a CPU launch has it patched."""
-    return _Scope()
+    return _compat.Saved()
 
 
 def _anchor():
@@ -263,7 +285,7 @@ def _barrier(*args, **kwargs):
 
 
 def _num_warps(**kwargs):
-    return _launch_num_warps
+    return _state.num_warps
 
 
 def _num_ctas(**kwargs):
@@ -421,28 +443,8 @@ def _plan() -> tuple:
     return tuple(plan)
 
 
-class _Scope:
-    def __init__(self):
-        self._saved = []
-
-    def set(self, obj, name, value):
-        self._saved.append((obj, name, obj.__dict__.get(name, _MISSING)))
-        setattr(obj, name, value)
-
-    def restore(self):
-        while self._saved:
-            obj, name, old = self._saved.pop()
-            if old is _MISSING:
-                delattr(obj, name)
-            else:
-                setattr(obj, name, old)
-
-
-_MISSING = object()
-
-
-def _patch_gluon() -> _Scope:
-    scope = _Scope()
+def _patch_gluon() -> _compat.Saved:
+    scope = _compat.Saved()
     for module, name, replacement in _plan():
         scope.set(module, name, replacement)
     return scope

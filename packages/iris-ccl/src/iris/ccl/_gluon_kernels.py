@@ -8,6 +8,10 @@ too).
 Layouts are explicit in Gluon: every tile is a 1-D ``BlockedLayout`` built inside the kernel from
 ``BLOCK``, the launch's ``num_warps`` (``gl.num_warps()``) and the compile target's warp size
 (32 on NVIDIA, 64 on AMD CDNA), one 16-byte vector of the element type per thread and repetition.
+
+On CPU ranks the kernels run through ``iris.mem.gluon.interpret``: each launched kernel is marked
+``@img.interpret()``, so its launches (whoever makes them) enter that scope; importing
+``iris.mem.gluon`` alone changes nothing in Gluon.
 """
 
 import triton.language as tl
@@ -350,6 +354,7 @@ def _cast_out(acc, out_dtype: gl.constexpr):
 _DESC = ["CODE", "NUMEL", "OFF_A", "OFF_B"]  # vary per call: never specialized on
 
 
+@img.interpret()
 @gluon.jit(do_not_specialize=_DESC)
 def barrier_kernel(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS: gl.constexpr):
     """One program: every rank arrives (and agrees that this is a barrier); no exit needed."""
@@ -360,6 +365,7 @@ def barrier_kernel(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS: gl.const
     gl.store(_state(sync, FLAGS) + 1, epoch)
 
 
+@img.interpret()
 @gluon.jit(do_not_specialize=_DESC)
 def one_shot_kernel(
     context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, src, dst, N,
@@ -380,6 +386,7 @@ def one_shot_kernel(
     _leave(ctx, sync, epoch, FLAGS)
 
 
+@img.interpret()
 @gluon.jit(do_not_specialize=_DESC)
 def reduce_kernel(
     context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, src, dst, N, chunk,
@@ -417,6 +424,7 @@ def reduce_kernel(
     _leave(ctx, sync, epoch, FLAGS)
 
 
+@img.interpret()
 @gluon.jit(do_not_specialize=_DESC)
 def gather_kernel(
     context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, src, dst,
@@ -442,6 +450,7 @@ def gather_kernel(
     _leave(ctx, sync, epoch, FLAGS)
 
 
+@img.interpret()
 @gluon.jit(do_not_specialize=_DESC)
 def push_kernel(
     context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, src, dst, n, dst_offset,

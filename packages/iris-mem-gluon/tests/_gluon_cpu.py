@@ -17,6 +17,7 @@ def _twice(x):
     return x * 2
 
 
+@img.interpret()
 @gluon.jit
 def language_kernel(x_ptr, out_ptr, stats_ptr, ROWS: gl.constexpr, COLS: gl.constexpr, L2: gl.constexpr):
     """A layout-heavy kernel: out = f(x) over a ROWS x COLS tile per program, stats = reductions."""
@@ -65,6 +66,7 @@ def check_language(rank, world_size):
     assert stats[3::4].tolist() == [float(programs)] * programs
 
 
+@img.interpret()
 @gluon.jit
 def mma_v2_kernel(a_ptr, b_ptr, c_ptr, M: gl.constexpr, N: gl.constexpr, K: gl.constexpr,
                   L2: gl.constexpr, MMA: gl.constexpr, DOT_A: gl.constexpr, DOT_B: gl.constexpr):  # fmt: skip
@@ -99,6 +101,7 @@ def check_mma_v2(rank, world_size):
         assert torch.allclose(c.double(), want, atol=1e-4, rtol=1e-5), f"{dtype}: max error {(c - want).abs().max()}"
 
 
+@img.interpret()
 @gluon.jit
 def dot_fma_kernel(a_ptr, b_ptr, c_ptr, M: gl.constexpr, N: gl.constexpr, K: gl.constexpr,
                    L2: gl.constexpr, DOT_A: gl.constexpr, DOT_B: gl.constexpr):  # fmt: skip
@@ -131,6 +134,7 @@ def check_dot_fma(rank, world_size):
         assert torch.allclose(c.double(), want, atol=1e-4, rtol=1e-5), f"{dtype}: max error {(c - want).abs().max()}"
 
 
+@img.interpret()
 @gluon.jit
 def shared_memory_kernel(x_ptr, N: gl.constexpr):
     smem = gl.allocate_shared_memory(gl.float32, [N], gl.SwizzledSharedLayout(1, 1, 1, [0]))
@@ -142,31 +146,37 @@ def _worker(x_ptr):
     pass
 
 
+@img.interpret()
 @gluon.jit
 def warp_specialize_kernel(x_ptr, N: gl.constexpr):
     gl.warp_specialize([(_worker, (x_ptr,)), (_worker, (x_ptr,))], [4])
 
 
+@img.interpret()
 @gluon.jit
 def hopper_tma_kernel(x_ptr, N: gl.constexpr):
     gl.nvidia.hopper.tma.async_copy_global_to_shared(x_ptr, [0], x_ptr, x_ptr)
 
 
+@img.interpret()
 @gluon.jit
 def mbarrier_kernel(x_ptr, N: gl.constexpr):
     gl.nvidia.hopper.mbarrier.init(x_ptr, count=1)
 
 
+@img.interpret()
 @gluon.jit
 def wgmma_kernel(x_ptr, N: gl.constexpr):
     gl.nvidia.hopper.warpgroup_mma(x_ptr, x_ptr, x_ptr)
 
 
+@img.interpret()
 @gluon.jit
 def mfma_kernel(x_ptr, N: gl.constexpr):
     gl.amd.cdna3.mfma(x_ptr, x_ptr, x_ptr)
 
 
+@img.interpret()
 @gluon.jit
 def async_copy_kernel(x_ptr, N: gl.constexpr):
     gl.nvidia.ampere.async_copy.async_copy_global_to_shared(x_ptr, x_ptr)
@@ -216,17 +226,3 @@ def check_language_restored(rank, world_size):
         assert "outside of the scope of a kernel" in str(e), str(e)
     else:
         raise AssertionError("a @gluon.jit function ran on the host outside a kernel")
-
-
-def check_enable_needs_the_interpreter(rank, world_size):
-    """Without TRITON_INTERPRET=1, enable() refuses with what to do."""
-    import triton
-
-    assert not triton.knobs.runtime.interpret
-    assert not img.interpret.enabled()
-    try:
-        img.interpret.enable()
-    except RuntimeError as e:
-        assert "TRITON_INTERPRET=1" in str(e), str(e)
-    else:
-        raise AssertionError("enable() accepted a process without the interpreter")

@@ -58,6 +58,7 @@ def _raw(context_ptr):
 # -- load / store / get / put / copy -------------------------------------------------------------
 
 
+@img.interpret()
 @gluon.jit
 def load_kernel(src, out, context_ptr, n_valid, other, N: gl.constexpr, L: gl.constexpr, FREE: gl.constexpr,
                 CACHE: gl.constexpr = None, VOLATILE: gl.constexpr = False):  # fmt: skip
@@ -74,6 +75,7 @@ def load_kernel(src, out, context_ptr, n_valid, other, N: gl.constexpr, L: gl.co
         gl.store(out + t * N + offs, v)
 
 
+@img.interpret()
 @gluon.jit
 def store_kernel(src, dst, context_ptr, n_valid, N: gl.constexpr, L: gl.constexpr, FREE: gl.constexpr,
                  CACHE: gl.constexpr = None):  # fmt: skip
@@ -90,6 +92,7 @@ def store_kernel(src, dst, context_ptr, n_valid, N: gl.constexpr, L: gl.constexp
             ctx.store(dst + rank * N + offs, value, t, mask=mask, cache_modifier=CACHE)
 
 
+@img.interpret()
 @gluon.jit
 def get_kernel(src, dst, context_ptr, n_valid, other, N: gl.constexpr, L: gl.constexpr, FREE: gl.constexpr,
                HINT: gl.constexpr = None):  # fmt: skip
@@ -105,6 +108,7 @@ def get_kernel(src, dst, context_ptr, n_valid, other, N: gl.constexpr, L: gl.con
             ctx.get(src + offs, dst + t * N + offs, t, mask=mask, other=other, hint=HINT)
 
 
+@img.interpret()
 @gluon.jit
 def put_kernel(src, dst, context_ptr, n_valid, N: gl.constexpr, L: gl.constexpr, FREE: gl.constexpr,
                HINT: gl.constexpr = None):  # fmt: skip
@@ -120,6 +124,7 @@ def put_kernel(src, dst, context_ptr, n_valid, N: gl.constexpr, L: gl.constexpr,
             ctx.put(src + offs, dst + rank * N + offs, t, mask=mask, hint=HINT)
 
 
+@img.interpret()
 @gluon.jit
 def copy_kernel(src, dst, context_ptr, n_valid, other, N: gl.constexpr, L: gl.constexpr, FREE: gl.constexpr):
     """Rank b's dst[rank, a] = rank a's src where offs < n_valid, for every pair of ranks (a, b)."""
@@ -136,6 +141,7 @@ def copy_kernel(src, dst, context_ptr, n_valid, other, N: gl.constexpr, L: gl.co
                 ctx.copy(src + offs, slot, a, b, mask=mask, other=other)
 
 
+@img.interpret()
 @gluon.jit
 def translate_kernel(x, out, context_ptr, FREE: gl.constexpr):
     """out[t] = the address of x in rank t's heap, as mapped in this process."""
@@ -149,6 +155,7 @@ def translate_kernel(x, out, context_ptr, FREE: gl.constexpr):
         gl.store(out + t, p.to(gl.int64, bitcast=True))
 
 
+@img.interpret()
 @gluon.jit
 def shapes_kernel(x, scalars, grid, context_ptr, ROWS: gl.constexpr, COLS: gl.constexpr, L2: gl.constexpr,
                   FREE: gl.constexpr):  # fmt: skip
@@ -173,6 +180,7 @@ def shapes_kernel(x, scalars, grid, context_ptr, ROWS: gl.constexpr, COLS: gl.co
         gl.store(scalars + t, s)
 
 
+@img.interpret()
 @gluon.jit
 def broadcast_kernel(x, context_ptr, N: gl.constexpr, L: gl.constexpr, FREE: gl.constexpr, CAS: gl.constexpr = True):
     """Scalar values into blocks of pointers, on the next rank's x[0:N) .. x[5N:6N): store 7,
@@ -252,6 +260,7 @@ def _atomic(
     return old
 
 
+@img.interpret()
 @gluon.jit
 def atomic_kernel(buf, vals, shared_olds, private_olds, context_ptr, init, OP: gl.constexpr, LANES: gl.constexpr,
                   L: gl.constexpr, REPS: gl.constexpr, FREE: gl.constexpr, SEM: gl.constexpr = None,
@@ -289,6 +298,7 @@ def atomic_kernel(buf, vals, shared_olds, private_olds, context_ptr, init, OP: g
             gl.store(private_olds + t + lane * 0, old, mask=first)
 
 
+@img.interpret()
 @gluon.jit
 def scalar_atomic_kernel(counter, olds, context_ptr, REPS: gl.constexpr, FREE: gl.constexpr):
     """Scalar pointers: REPS atomic_add(1) into every rank's counter; olds[t, rep] the values seen."""
@@ -303,6 +313,7 @@ def scalar_atomic_kernel(counter, olds, context_ptr, REPS: gl.constexpr, FREE: g
             gl.store(olds + t * REPS + rep, old)
 
 
+@img.interpret()
 @gluon.jit
 def spinlock_kernel(lock, counter, failed, context_ptr, ITERS: gl.constexpr, LIMIT: gl.constexpr, FREE: gl.constexpr):
     """ITERS times: take rank 0's lock by CAS (acquire), increment rank 0's counter with a plain
@@ -336,6 +347,7 @@ def spinlock_kernel(lock, counter, failed, context_ptr, ITERS: gl.constexpr, LIM
             gl.store(failed, 1)
 
 
+@img.interpret()
 @gluon.jit
 def message_kernel(data, inbox, flags, out, context_ptr, ROUNDS: gl.constexpr, N: gl.constexpr, L: gl.constexpr,
                    FREE: gl.constexpr):  # fmt: skip
@@ -365,6 +377,7 @@ def message_kernel(data, inbox, flags, out, context_ptr, ROUNDS: gl.constexpr, N
 # -- bounded wait --------------------------------------------------------------------------------
 
 
+@img.interpret()
 @gluon.jit
 def wait_kernel(flag, value, result, context_ptr, CMP: gl.constexpr, FREE: gl.constexpr):
     """result[0] = wait(flag, value, CMP) as 0/1."""
@@ -376,6 +389,7 @@ def wait_kernel(flag, value, result, context_ptr, CMP: gl.constexpr, FREE: gl.co
     gl.store(result, ok.to(gl.int32))
 
 
+@img.interpret()
 @gluon.jit
 def wait_default_kernel(flag, value, result, context_ptr):
     """result[0] = ctx.wait(flag, value) with the default comparison (==)."""
@@ -383,6 +397,7 @@ def wait_default_kernel(flag, value, result, context_ptr):
     gl.store(result, ctx.wait(flag, value).to(gl.int32))
 
 
+@img.interpret()
 @gluon.jit
 def wait_block_kernel(flags, value, result, context_ptr, LANES: gl.constexpr, L: gl.constexpr, FREE: gl.constexpr):
     """result[0] = wait on the block flags[min(i, 2)] for i < LANES (lanes repeat the last flag) >= value."""
@@ -398,6 +413,7 @@ def wait_block_kernel(flags, value, result, context_ptr, LANES: gl.constexpr, L:
 # -- the device clock and device errors ------------------------------------------------------------
 
 
+@img.interpret()
 @gluon.jit
 def clock_kernel(out, context_ptr, FREE: gl.constexpr):
     """out = [the device clock, the bound of a wait in its nanoseconds]."""
@@ -412,6 +428,7 @@ def clock_kernel(out, context_ptr, FREE: gl.constexpr):
     gl.store(out + 1, bound)
 
 
+@img.interpret()
 @gluon.jit
 def record_error_kernel(flag, out, context_ptr, code, detail, FREE: gl.constexpr):
     """A wait for flag == 1, then two record_error calls (details detail and detail + 1, aux the
@@ -439,6 +456,7 @@ def record_error_kernel(flag, out, context_ptr, code, detail, FREE: gl.constexpr
     gl.store(out + 4, after.to(gl.int32))
 
 
+@img.interpret()
 @gluon.jit
 def closed_store_kernel(x, context_ptr, N: gl.constexpr, L: gl.constexpr):
     """The next rank's x[:N] = rank * 100 + 1 + offs, through ctx.store (given a closed heap's
@@ -464,6 +482,7 @@ def clock_cases():
 # -- streaming copies (vectorization check; the benchmark has its own) ----------------------------
 
 
+@img.interpret()
 @gluon.jit
 def stream_local_kernel(src, dst, context_ptr, n, BLOCK: gl.constexpr, L: gl.constexpr):
     """dst = src, plain Gluon, no translation: the reference for vector widths. The context is
@@ -475,6 +494,7 @@ def stream_local_kernel(src, dst, context_ptr, n, BLOCK: gl.constexpr, L: gl.con
     gl.store(dst + offs, gl.load(src + offs, mask=mask), mask=mask)
 
 
+@img.interpret()
 @gluon.jit
 def stream_kernel(src, dst, context_ptr, n, OP: gl.constexpr, BLOCK: gl.constexpr, L: gl.constexpr):
     """dst = src through one translated operation against the next rank."""

@@ -16,9 +16,10 @@ def axpy_kernel(x_ptr, y_ptr, a, n, BLOCK: gl.constexpr, L: gl.constexpr):
 if __name__ == "__main__":
     import torch
 
-    import iris.mem.gluon as img  # after the kernel was decorated: CPU execution still applies
+    import iris.mem.gluon as img  # after the kernel was decorated: CPU execution still applies in its scope
 
     x, y = torch.arange(100.0), torch.ones(100)
-    axpy_kernel[(2,)](x, y, 2.0, 100, BLOCK=64, L=img.blocked_layout(64, 4))
+    with img.interpret():
+        axpy_kernel[(2,)](x, y, 2.0, 100, BLOCK=64, L=img.blocked_layout(64, 4))
     assert torch.equal(y, 2 * torch.arange(100.0) + 1), y
     print("ok")

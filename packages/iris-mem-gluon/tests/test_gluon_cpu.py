@@ -33,10 +33,6 @@ def test_the_gluon_language_is_restored_after_a_cpu_launch(world):
     world.run(cpu.check_language_restored, 1)
 
 
-def test_enable_refuses_without_the_interpreter(compiler):
-    compiler.run(cpu.check_enable_needs_the_interpreter)
-
-
 def test_a_kernel_decorated_before_iris_is_imported_runs_unchanged():
     tests = Path(__file__).parent
     env = {**os.environ, "TRITON_INTERPRET": "1"}

@@ -41,6 +41,7 @@ def _raw(context_ptr):
 # -- load / store / get / put / copy -------------------------------------------------------------
 
 
+@imt.interpret()
 @triton.jit
 def load_kernel(src, out, context_ptr, n_valid, other, N: tl.constexpr, FREE: tl.constexpr,
                 CACHE: tl.constexpr = None, VOLATILE: tl.constexpr = False):  # fmt: skip
@@ -57,6 +58,7 @@ def load_kernel(src, out, context_ptr, n_valid, other, N: tl.constexpr, FREE: tl
         tl.store(out + t * N + offs, v)
 
 
+@imt.interpret()
 @triton.jit
 def store_kernel(src, dst, context_ptr, n_valid, N: tl.constexpr, FREE: tl.constexpr, CACHE: tl.constexpr = None):
     """Rank t's dst[rank] = local src where offs < n_valid, for every rank t."""
@@ -72,6 +74,7 @@ def store_kernel(src, dst, context_ptr, n_valid, N: tl.constexpr, FREE: tl.const
             ctx.store(dst + rank * N + offs, value, t, mask=mask, cache_modifier=CACHE)
 
 
+@imt.interpret()
 @triton.jit
 def get_kernel(src, dst, context_ptr, n_valid, other, N: tl.constexpr, FREE: tl.constexpr, HINT: tl.constexpr = None):
     """Local dst[t] = rank t's src where offs < n_valid, for every rank t."""
@@ -86,6 +89,7 @@ def get_kernel(src, dst, context_ptr, n_valid, other, N: tl.constexpr, FREE: tl.
             ctx.get(src + offs, dst + t * N + offs, t, mask=mask, other=other, hint=HINT)
 
 
+@imt.interpret()
 @triton.jit
 def put_kernel(src, dst, context_ptr, n_valid, N: tl.constexpr, FREE: tl.constexpr, HINT: tl.constexpr = None):
     """Rank t's dst[rank] = local src where offs < n_valid, for every rank t."""
@@ -100,6 +104,7 @@ def put_kernel(src, dst, context_ptr, n_valid, N: tl.constexpr, FREE: tl.constex
             ctx.put(src + offs, dst + rank * N + offs, t, mask=mask, hint=HINT)
 
 
+@imt.interpret()
 @triton.jit
 def copy_kernel(src, dst, context_ptr, n_valid, other, N: tl.constexpr, FREE: tl.constexpr):
     """Rank b's dst[rank, a] = rank a's src where offs < n_valid, for every pair of ranks (a, b)."""
@@ -116,6 +121,7 @@ def copy_kernel(src, dst, context_ptr, n_valid, other, N: tl.constexpr, FREE: tl
                 ctx.copy(src + offs, slot, a, b, mask=mask, other=other)
 
 
+@imt.interpret()
 @triton.jit
 def translate_kernel(x, out, context_ptr, FREE: tl.constexpr):
     """out[t] = the address of x in rank t's heap, as mapped in this process."""
@@ -129,6 +135,7 @@ def translate_kernel(x, out, context_ptr, FREE: tl.constexpr):
         tl.store(out + t, p.to(tl.int64, bitcast=True))
 
 
+@imt.interpret()
 @triton.jit
 def shapes_kernel(x, scalars, grid, context_ptr, ROWS: tl.constexpr, COLS: tl.constexpr, FREE: tl.constexpr):
     """Scalar pointers and 2-D tensors of pointers, for every rank t: scalars[t] = rank t's x[0];
@@ -150,6 +157,7 @@ def shapes_kernel(x, scalars, grid, context_ptr, ROWS: tl.constexpr, COLS: tl.co
         tl.store(scalars + t, s)
 
 
+@imt.interpret()
 @triton.jit
 def broadcast_kernel(x, context_ptr, N: tl.constexpr, FREE: tl.constexpr, CAS: tl.constexpr = True):
     """Scalar values into blocks of pointers, on the next rank's x[0:N) .. x[5N:6N): store 7,
@@ -229,6 +237,7 @@ def _atomic(
     return old
 
 
+@imt.interpret()
 @triton.jit
 def atomic_kernel(buf, vals, shared_olds, private_olds, context_ptr, init, OP: tl.constexpr, LANES: tl.constexpr,
                   REPS: tl.constexpr, FREE: tl.constexpr, SEM: tl.constexpr = None, SCOPE: tl.constexpr = None):  # fmt: skip
@@ -265,6 +274,7 @@ def atomic_kernel(buf, vals, shared_olds, private_olds, context_ptr, init, OP: t
             tl.store(private_olds + t + lane * 0, old, mask=first)
 
 
+@imt.interpret()
 @triton.jit
 def scalar_atomic_kernel(counter, olds, context_ptr, REPS: tl.constexpr, FREE: tl.constexpr):
     """Scalar pointers: REPS atomic_add(1) into every rank's counter; olds[t, rep] the values seen."""
@@ -279,6 +289,7 @@ def scalar_atomic_kernel(counter, olds, context_ptr, REPS: tl.constexpr, FREE: t
             tl.store(olds + t * REPS + rep, old)
 
 
+@imt.interpret()
 @triton.jit
 def spinlock_kernel(lock, counter, failed, context_ptr, ITERS: tl.constexpr, LIMIT: tl.constexpr, FREE: tl.constexpr):
     """ITERS times: take rank 0's lock by CAS (acquire), increment rank 0's counter with a plain
@@ -312,6 +323,7 @@ def spinlock_kernel(lock, counter, failed, context_ptr, ITERS: tl.constexpr, LIM
             tl.store(failed, 1)
 
 
+@imt.interpret()
 @triton.jit
 def message_kernel(data, inbox, flags, out, context_ptr, ROUNDS: tl.constexpr, N: tl.constexpr, FREE: tl.constexpr):
     """ROUNDS times: put data + round into the next rank's inbox[round], then signal its flag with
@@ -340,6 +352,7 @@ def message_kernel(data, inbox, flags, out, context_ptr, ROUNDS: tl.constexpr, N
 # -- bounded wait --------------------------------------------------------------------------------
 
 
+@imt.interpret()
 @triton.jit
 def wait_kernel(flag, value, result, context_ptr, CMP: tl.constexpr, FREE: tl.constexpr):
     """result[0] = wait(flag, value, CMP) as 0/1."""
@@ -351,6 +364,7 @@ def wait_kernel(flag, value, result, context_ptr, CMP: tl.constexpr, FREE: tl.co
     tl.store(result, ok.to(tl.int32))
 
 
+@imt.interpret()
 @triton.jit
 def wait_default_kernel(flag, value, result, context_ptr):
     """result[0] = ctx.wait(flag, value) with the default comparison (==)."""
@@ -358,6 +372,7 @@ def wait_default_kernel(flag, value, result, context_ptr):
     tl.store(result, ctx.wait(flag, value).to(tl.int32))
 
 
+@imt.interpret()
 @triton.jit
 def wait_block_kernel(flags, value, result, context_ptr, LANES: tl.constexpr, FREE: tl.constexpr):
     """result[0] = wait on the block flags[min(i, 2)] for i < LANES (lanes repeat the last flag) >= value."""
@@ -373,6 +388,7 @@ def wait_block_kernel(flags, value, result, context_ptr, LANES: tl.constexpr, FR
 # -- the device clock and device errors ------------------------------------------------------------
 
 
+@imt.interpret()
 @triton.jit
 def clock_kernel(out, context_ptr, FREE: tl.constexpr):
     """out = [the device clock, the bound of a wait in its nanoseconds]."""
@@ -387,6 +403,7 @@ def clock_kernel(out, context_ptr, FREE: tl.constexpr):
     tl.store(out + 1, bound)
 
 
+@imt.interpret()
 @triton.jit
 def record_error_kernel(flag, out, context_ptr, code, detail, FREE: tl.constexpr):
     """A wait for flag == 1, then two record_error calls (details detail and detail + 1, aux the
@@ -414,6 +431,7 @@ def record_error_kernel(flag, out, context_ptr, code, detail, FREE: tl.constexpr
     tl.store(out + 4, after.to(tl.int32))
 
 
+@imt.interpret()
 @triton.jit
 def closed_store_kernel(x, context_ptr, N: tl.constexpr):
     """The next rank's x[:N] = rank * 100 + 1 + offs, through ctx.store (given a closed heap's
@@ -542,6 +560,7 @@ def clock_cases():
 # -- streaming copies (vectorization check; the benchmark has its own) ----------------------------
 
 
+@imt.interpret()
 @triton.jit
 def stream_local_kernel(src, dst, context_ptr, n, BLOCK: tl.constexpr):
     """dst = src, plain Triton, no translation: the reference for vector widths. The context is
@@ -553,6 +572,7 @@ def stream_local_kernel(src, dst, context_ptr, n, BLOCK: tl.constexpr):
     tl.store(dst + offs, tl.load(src + offs, mask=mask), mask=mask)
 
 
+@imt.interpret()
 @triton.jit
 def stream_kernel(src, dst, context_ptr, n, OP: tl.constexpr, BLOCK: tl.constexpr):
     """dst = src through one translated operation against the next rank."""

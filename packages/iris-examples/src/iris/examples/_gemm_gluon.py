@@ -122,6 +122,7 @@ def _scatter_tile(
         gl.store(ptrs, c, mask=mask)
 
 
+@img.interpret()
 @gluon.jit
 def gemm_all_scatter_kernel(
     a_ptr, b_ptr, c_ptr, context_ptr, M, N, K,

@@ -23,6 +23,7 @@ only this rank's copy (the same GEMM without communication, for comparison).
 import triton
 import triton.language as tl
 
+import iris.mem.triton as imt
 from iris.mem.triton import Context
 
 __all__ = ["gemm_all_scatter_kernel", "launch_options"]
@@ -98,6 +99,7 @@ def _scatter_tile(
         tl.store(ptrs, c, mask=mask)
 
 
+@imt.interpret()  # CPU ranks on triton 3.6: runtime scalars (K, ctx.world_size) bound its loops
 @triton.jit
 def gemm_all_scatter_kernel(
     a_ptr, b_ptr, c_ptr, context_ptr, M, N, K,

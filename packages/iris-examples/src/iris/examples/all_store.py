@@ -15,6 +15,7 @@ import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
+import iris.mem.gluon as img
 from iris.mem.gluon import Context as GluonContext
 from iris.mem.triton import Context
 
@@ -35,6 +36,7 @@ def all_store_kernel(src, dst, context_ptr, n, BLOCK: tl.constexpr):
     ctx.store(dst + ctx.rank * n + offs, tl.load(src + offs, mask=mask), to_rank, mask=mask)
 
 
+@img.interpret()
 @gluon.jit
 def gluon_all_store_kernel(src, dst, context_ptr, n, BLOCK: gl.constexpr, LAYOUT: gl.constexpr):
     ctx = GluonContext.initialize(context_ptr)

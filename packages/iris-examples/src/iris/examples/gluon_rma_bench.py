@@ -55,6 +55,7 @@ CSV_COLUMNS = ["size_bytes", "op", "impl", "ranks", "seconds", "rank_gbps", "tot
 # -- Gluon kernels ----------------------------------------------------------------------------------
 
 
+@img.interpret()
 @gluon.jit
 def gluon_local_copy(src, dst, context_ptr, n, BLOCK: gl.constexpr, L: gl.constexpr):
     offs = gl.program_id(0) * BLOCK + gl.arange(0, BLOCK, layout=L)
@@ -62,6 +63,7 @@ def gluon_local_copy(src, dst, context_ptr, n, BLOCK: gl.constexpr, L: gl.conste
     gl.store(dst + offs, gl.load(src + offs, mask=mask), mask=mask)
 
 
+@img.interpret()
 @gluon.jit
 def gluon_rma(src, dst, context_ptr, n, OP: gl.constexpr, BLOCK: gl.constexpr, L: gl.constexpr):
     ctx = img.Context.initialize(context_ptr)

@@ -70,6 +70,7 @@ def consume_kernel(buf, out, flags, context_ptr, n, epoch, BLOCK_ELEMS, TILE: tl
 # -- kernels: Gluon (the same, with explicit layouts) -----------------------------------------------
 
 
+@img.interpret()
 @gluon.jit
 def gluon_produce_kernel(src, dst, flags, context_ptr, n, to_rank, BLOCK_ELEMS, TILE: gl.constexpr,
                          LAYOUT: gl.constexpr):  # fmt: skip
@@ -83,6 +84,7 @@ def gluon_produce_kernel(src, dst, flags, context_ptr, n, to_rank, BLOCK_ELEMS, 
     ctx.atomic_add(flags + block, 1, to_rank, sem="release")
 
 
+@img.interpret()
 @gluon.jit
 def gluon_consume_kernel(buf, out, flags, context_ptr, n, epoch, BLOCK_ELEMS, TILE: gl.constexpr,
                          LAYOUT: gl.constexpr):  # fmt: skip

@@ -99,7 +99,7 @@ def _scatter_tile(
         tl.store(ptrs, c, mask=mask)
 
 
-@imt.interpret()  # CPU ranks on triton 3.6: runtime scalars (K, ctx.world_size) bound its loops
+@imt.interpret()
 @triton.jit
 def gemm_all_scatter_kernel(
     a_ptr, b_ptr, c_ptr, context_ptr, M, N, K,

@@ -16,6 +16,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 import iris.mem.gluon as img
+import iris.mem.triton as imt
 from iris.mem.gluon import Context as GluonContext
 from iris.mem.triton import Context
 
@@ -27,6 +28,7 @@ SUMMARY = "every rank loads a buffer from every rank through translated pointers
 BACKENDS = ("triton", "gluon")
 
 
+@imt.interpret()
 @triton.jit
 def all_load_kernel(src, dst, context_ptr, n, BLOCK: tl.constexpr):
     ctx = Context.initialize(context_ptr)

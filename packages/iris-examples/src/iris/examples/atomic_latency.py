@@ -21,6 +21,7 @@ import triton
 import triton.language as tl
 
 import iris.heap
+import iris.mem.triton as imt
 from iris.mem.triton import Context
 
 from . import environment, tables, timing, validation
@@ -32,6 +33,7 @@ SUMMARY = "remote atomic round trip (atomic_add/atomic_cas ping-pong) and conten
 BACKENDS = ("triton",)
 
 
+@imt.interpret()
 @triton.jit
 def ping_pong_kernel(flag, context_ptr, peer, base, rounds, FIRST: tl.constexpr, OP: tl.constexpr):
     """``rounds`` round trips with ``peer``: round i moves both flags to ``base + i``."""
@@ -48,6 +50,7 @@ def ping_pong_kernel(flag, context_ptr, peer, base, rounds, FIRST: tl.constexpr,
             ctx.wait(flag, v, cmp=">=")
 
 
+@imt.interpret()
 @triton.jit
 def contended_add_kernel(counter, context_ptr, to_rank, REPS: tl.constexpr, LANES: tl.constexpr):
     """Every lane adds 1 to the one word ``counter`` on ``to_rank``, REPS times."""

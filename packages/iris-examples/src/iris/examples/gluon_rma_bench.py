@@ -81,6 +81,7 @@ def gluon_rma(src, dst, context_ptr, n, OP: gl.constexpr, BLOCK: gl.constexpr, L
 # -- the same with iris.mem.triton -----------------------------------------------------------------
 
 
+@imt.interpret()
 @triton.jit
 def triton_local_copy(src, dst, context_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -88,6 +89,7 @@ def triton_local_copy(src, dst, context_ptr, n, BLOCK: tl.constexpr):
     tl.store(dst + offs, tl.load(src + offs, mask=mask), mask=mask)
 
 
+@imt.interpret()
 @triton.jit
 def triton_rma(src, dst, context_ptr, n, OP: tl.constexpr, BLOCK: tl.constexpr):
     ctx = imt.Context.initialize(context_ptr)

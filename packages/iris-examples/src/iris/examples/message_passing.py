@@ -23,6 +23,7 @@ from triton.experimental.gluon import language as gl
 
 import iris.heap
 import iris.mem.gluon as img
+import iris.mem.triton as imt
 from iris.mem.gluon import Context as GluonContext
 from iris.mem.triton import Context
 
@@ -41,6 +42,7 @@ BACKENDS = ("triton", "gluon")
 # -- kernels: Triton ------------------------------------------------------------------------------
 
 
+@imt.interpret()
 @triton.jit
 def produce_kernel(src, dst, flags, context_ptr, n, to_rank, BLOCK_ELEMS, TILE: tl.constexpr):
     """Program b: put block b of the local ``src`` into ``to_rank``'s ``dst``, then release its flag there."""
@@ -54,6 +56,7 @@ def produce_kernel(src, dst, flags, context_ptr, n, to_rank, BLOCK_ELEMS, TILE: 
     ctx.atomic_add(flags + block, 1, to_rank, sem="release")
 
 
+@imt.interpret()
 @triton.jit
 def consume_kernel(buf, out, flags, context_ptr, n, epoch, BLOCK_ELEMS, TILE: tl.constexpr):
     """Program b: wait (acquire) until block b's local flag reaches ``epoch``, then copy the block to ``out``."""

@@ -30,6 +30,7 @@ import triton
 import triton.language as tl
 
 import iris.heap
+import iris.mem.triton as imt
 from iris.mem.triton import Context
 
 from . import environment, tables, timing
@@ -60,6 +61,7 @@ def _offsets(BLOCK: tl.constexpr, WIDE: tl.constexpr):
     return offs
 
 
+@imt.interpret()
 @triton.jit
 def local_copy_kernel(src, dst, n, BLOCK: tl.constexpr, WIDE: tl.constexpr):
     offs = _offsets(BLOCK, WIDE)
@@ -67,6 +69,7 @@ def local_copy_kernel(src, dst, n, BLOCK: tl.constexpr, WIDE: tl.constexpr):
     tl.store(dst + offs, tl.load(src + offs, mask=mask), mask=mask)
 
 
+@imt.interpret()
 @triton.jit
 def remote_copy_kernel(src, dst, n, context_ptr, OP: tl.constexpr, BLOCK: tl.constexpr, WIDE: tl.constexpr):
     """OP: load (peer src -> local dst by ctx.load), store (local -> peer by ctx.store), get, put,
@@ -88,6 +91,7 @@ def remote_copy_kernel(src, dst, n, context_ptr, OP: tl.constexpr, BLOCK: tl.con
         ctx.copy(src + offs, dst + offs, peer, other, mask=mask)
 
 
+@imt.interpret()
 @triton.jit
 def atomic_chain_kernel(counter, context_ptr, K, OP: tl.constexpr, SEM: tl.constexpr):
     """K dependent remote atomics on the peer's counter (each value depends on the last old value)."""
@@ -102,6 +106,7 @@ def atomic_chain_kernel(counter, context_ptr, K, OP: tl.constexpr, SEM: tl.const
         v = 1 + (old >> 30)  # counters stay below 2**30: always 1, but not foldable
 
 
+@imt.interpret()
 @triton.jit
 def atomic_throughput_kernel(counters, context_ptr, REPS: tl.constexpr, LANES: tl.constexpr, CONTENDED: tl.constexpr,
                              SEM: tl.constexpr):  # fmt: skip

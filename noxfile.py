@@ -55,18 +55,21 @@ class Layer:
 
 LAYERS = {
     "heap": Layer("iris-heap"),
-    "triton": Layer("iris-mem-triton", siblings=("iris-heap",), tritons=(TRITON_OLDEST, TRITON_NEWEST)),
-    "gluon": Layer("iris-mem-gluon", siblings=("iris-heap",), tritons=(TRITON_OLDEST, TRITON_NEWEST)),
+    "common": Layer("iris-mem-common", tritons=(TRITON_NEWEST,)),
+    "triton": Layer(
+        "iris-mem-triton", siblings=("iris-heap", "iris-mem-common"), tritons=(TRITON_OLDEST, TRITON_NEWEST)
+    ),
+    "gluon": Layer("iris-mem-gluon", siblings=("iris-heap", "iris-mem-common"), tritons=(TRITON_OLDEST, TRITON_NEWEST)),
     "ccl": Layer(
         "iris-ccl",
-        siblings=("iris-heap", "iris-mem-triton", "iris-mem-gluon"),
+        siblings=("iris-heap", "iris-mem-common", "iris-mem-triton", "iris-mem-gluon"),
         extras="gluon",
         tritons=(TRITON_NEWEST,),
         backends=("triton", "gluon"),
     ),
     "examples": Layer(
         "iris-examples",
-        siblings=("iris-heap", "iris-mem-triton", "iris-mem-gluon", "iris-ccl"),
+        siblings=("iris-heap", "iris-mem-common", "iris-mem-triton", "iris-mem-gluon", "iris-ccl"),
         tritons=(TRITON_NEWEST,),
     ),
 }
@@ -165,6 +168,7 @@ def demo(session: nox.Session) -> None:
 # itself and its dependencies, nothing else (DESIGN.md's layer table).
 MODULES = {
     "iris-heap": "iris.heap",
+    "iris-mem-common": "iris.mem.common",
     "iris-mem-triton": "iris.mem.triton",
     "iris-mem-gluon": "iris.mem.gluon",
     "iris-ccl": "iris.ccl",
@@ -173,11 +177,19 @@ MODULES = {
 }
 INSTALLS = {
     "iris-heap": ("iris-heap",),
-    "iris-mem-triton": ("iris-heap", "iris-mem-triton"),
-    "iris-mem-gluon": ("iris-heap", "iris-mem-gluon"),
-    "iris-ccl": ("iris-heap", "iris-mem-triton", "iris-ccl"),
-    "iris-ccl[gluon]": ("iris-heap", "iris-mem-triton", "iris-mem-gluon", "iris-ccl"),
-    "iris-examples": ("iris-heap", "iris-mem-triton", "iris-mem-gluon", "iris-ccl", "iris-examples"),
+    "iris-mem-common": ("iris-mem-common",),
+    "iris-mem-triton": ("iris-heap", "iris-mem-common", "iris-mem-triton"),
+    "iris-mem-gluon": ("iris-heap", "iris-mem-common", "iris-mem-gluon"),
+    "iris-ccl": ("iris-heap", "iris-mem-common", "iris-mem-triton", "iris-ccl"),
+    "iris-ccl[gluon]": ("iris-heap", "iris-mem-common", "iris-mem-triton", "iris-mem-gluon", "iris-ccl"),
+    "iris-examples": (
+        "iris-heap",
+        "iris-mem-common",
+        "iris-mem-triton",
+        "iris-mem-gluon",
+        "iris-ccl",
+        "iris-examples",
+    ),
     TEST_SUPPORT: ("iris-heap", TEST_SUPPORT),
 }
 

@@ -20,7 +20,7 @@ as it would without Iris.
 from __future__ import annotations
 
 import iris.heap as _heap
-from iris.heap import _triton_compat
+from iris.mem import common as _common
 
 __version__ = "0.2.0"
 
@@ -65,9 +65,9 @@ from .ops import (  # noqa: E402
 )
 
 #: The source of compile-only Gluon builds (``triton.compile(GluonASTSource(fn, signature, constexprs), target=...)``).
-GluonASTSource = _triton_compat.gluon_ast_source()
+GluonASTSource = _common.gluon_ast_source()
 #: ``@aggregate`` on a class of annotated fields, a plain ``__init__`` and ``@gluon.jit`` methods.
-aggregate = _triton_compat.aggregate
+aggregate = _common.aggregate
 
 __all__ = [
     "CONTEXT_ABI_VERSION",

@@ -49,7 +49,7 @@ from triton.runtime import interpreter as _interp
 from triton.runtime.errors import InterpreterError
 from triton.runtime.jit import JITFunction
 
-from iris.heap import _triton_compat as _compat
+from iris.mem import common as _compat
 
 __all__ = ["UnsupportedOnCPUError", "interpret"]
 
@@ -174,7 +174,7 @@ def _launch(jit_fn, grid, args, kwargs):
     try:
         # triton.language and triton.language.core, once for the whole launch: the executor and
         # nested interpreted calls (tl.sum, ...) find them patched already (with the scalar index
-        # fix of _triton_compat.SCALAR_INDEX, which interpret() holds, where the release needs it).
+        # fix of iris.mem.common.SCALAR_INDEX, which interpret() holds, where the release needs it).
         scopes.append(saved[2](_anchor))
         scopes.append(_patch_gluon())
         _interp._patch_lang = _patched_already

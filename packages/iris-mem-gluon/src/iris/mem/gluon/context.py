@@ -8,7 +8,7 @@ The methods pass the context's own rank and heap bases to the free functions; th
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-from iris.heap._triton_compat import aggregate
+from iris.mem.common import aggregate
 
 from . import ops
 

@@ -22,8 +22,8 @@ from triton import constexpr_function
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-from iris.heap import _triton_compat
 from iris.heap import context as _abi
+from iris.mem import common as _common
 
 from . import _cpu
 
@@ -564,7 +564,7 @@ def wait(flag_ptr, value, context_ptr, cmp: gl.constexpr = None):
     return ok & done
 
 
-_HAS_BARRIER = gl.constexpr(_triton_compat.gluon_has_barrier())
+_HAS_BARRIER = gl.constexpr(_common.gluon_has_barrier())
 
 
 @gluon.jit

@@ -2,7 +2,7 @@
 
 Two traps (see the project's PLATFORM.md):
 
-* ``__init__`` must be callable by the code generator (triton 3.6): ``iris.heap._triton_compat.aggregate``
+* ``__init__`` must be callable by the code generator (triton 3.6): ``iris.mem.common.aggregate``
   marks it, for both device layers.
 * Under ``TRITON_INTERPRET=1`` ``@triton.jit`` methods are ``InterpretedFunction`` objects, which
   Triton's ``_aggregate`` does not copy onto the aggregate class and which do not bind ``self``;
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 
-from iris.heap import _triton_compat
+from iris.mem import common as _common
 
 from ._interpreter import INTERPRETED
 
@@ -22,7 +22,7 @@ __all__ = ["aggregate"]
 
 def aggregate(cls):
     """Make ``cls`` (annotated fields, a plain ``__init__``, ``@triton.jit`` methods) a Triton aggregate."""
-    agg = _triton_compat.aggregate(cls)
+    agg = _common.aggregate(cls)
     if INTERPRETED:
         for name, member in cls.__dict__.items():
             if name.startswith("__"):

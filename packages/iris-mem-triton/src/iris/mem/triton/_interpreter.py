@@ -12,7 +12,7 @@ silently wrong count, the atomics raise :class:`InterpreterAtomicError` when tra
 from __future__ import annotations
 
 import triton
-from iris.heap import _triton_compat
+from iris.mem import common as _common
 
 __all__ = ["INTERPRETED", "InterpreterAtomicError", "check_atomic", "interpret"]
 
@@ -53,7 +53,7 @@ def check_atomic(dtype, op):
     return True
 
 
-class interpret(_triton_compat.Scope):  # noqa: N801 - used like a function: with interpret(), @interpret()
+class interpret(_common.Scope):  # noqa: N801 - used like a function: with interpret(), @interpret()
     """Run Triton kernels on CPU ranks (``TRITON_INTERPRET=1``) with the fixes Iris needs there.
 
     >>> with iris.mem.triton.interpret():
@@ -72,4 +72,4 @@ class interpret(_triton_compat.Scope):  # noqa: N801 - used like a function: wit
     thread; restored on exit, exceptions included.
     """
 
-    patches = (_triton_compat.SCALAR_INDEX,)
+    patches = (_common.SCALAR_INDEX,)

@@ -2,16 +2,11 @@
 spellings that differ between triton 3.6 and 3.9, and the scoped changes to Triton's interpreter
 that CPU ranks need. For ``iris.mem.triton`` and ``iris.mem.gluon`` only; not a user API.
 
-Why it lives in iris-heap: the two mem layers depend on iris-heap and on nothing else of Iris,
-and neither may import the other (DESIGN.md), so code both use lives in iris-heap or in a new
-distribution. A distribution for a couple of hundred lines would be one more release to pin and
-one more edge in every install, for code that only ever changes together with the mem layers;
-iris-heap already holds what the layers share (the device context's names in
-``iris.heap.context``). iris-heap stays free of triton: this module imports triton only inside
-its functions, so neither ``import iris.heap`` nor importing this module imports triton, and only
-callers that have triton (both mem layers declare it) reach code that needs it. It is an
-interface between distributions: it keeps its names within an iris-heap minor release, the range
-the mem layers declare.
+Why a distribution of its own: the two mem layers may import neither each other nor triton through
+iris-heap (DESIGN.md: ``iris.heap`` never imports triton), so code both use lives here, the one
+distribution both depend on besides iris-heap. It imports triton only inside its functions, so
+importing it has no effect on anything (tested). It is an interface between distributions: it
+keeps its names within a minor release, the range the mem layers declare.
 
 **Release differences** (triton 3.6 -> 3.9):
 

@@ -1,0 +1,77 @@
+"""Importing iris.mem.triton changes nothing for code that does not use it; its interpreter fixes
+apply inside ``iris.mem.triton.interpret()`` only, and leaving it restores everything.
+
+Each check runs in a fresh interpreter (this file run as a script, or iris.testing.side_effects),
+with TRITON_INTERPRET set before triton is imported.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import torch
+
+from iris.testing import side_effects
+from iris.testing.side_effects import expect_restored, range_kernel, snapshot
+
+
+def _run(check, interpret="1"):
+    """``check()`` of this file in a fresh interpreter; its last line of output (JSON)."""
+    env = {**os.environ, "TRITON_INTERPRET": interpret}
+    done = subprocess.run([sys.executable, __file__, check], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"{check} failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_importing_the_layer_changes_nothing_for_plain_kernels():
+    """The same result, or the same error, for a Gluon and a Triton kernel that know nothing of
+    Iris, interpreted and compiled; no attribute of Triton or Gluon patched by the import."""
+    side_effects.expect_import_changes_nothing("iris.mem.triton")
+
+
+def test_the_scope_fixes_the_interpreter_and_restores_it():
+    _run("scope_restores")
+
+
+def test_the_release_differences_come_from_iris_mem_common():
+    _run("compat_shared")
+
+
+# -- the checks (run in the subprocess) -----------------------------------------------------------
+
+
+def check_scope_restores():
+    from triton.runtime import interpreter
+
+    import iris.mem.triton as imt
+
+    before = snapshot()
+    out = torch.zeros(4, dtype=torch.int32)
+    for _ in range(2):  # the second time with the fix cached
+        with imt.interpret():
+            range_kernel[(1,)](out, torch.tensor([4], dtype=torch.int32))
+        assert out.tolist() == [0, 3, 6, 9], out
+        expect_restored(before, "leaving iris.mem.triton.interpret()")
+    try:
+        with imt.interpret():
+            raise ValueError("inside the scope")
+    except ValueError:
+        pass
+    expect_restored(before, "an exception inside iris.mem.triton.interpret()")
+    assert interpreter._patch_lang_tensor is before[("triton.runtime.interpreter", "_patch_lang_tensor")]
+    return "ok"
+
+
+def check_compat_shared():
+    import iris.heap
+    import iris.mem.triton as imt
+
+    compat = sys.modules["iris.mem.common"]  # imported by the layer, not by this check
+    assert compat.SCALAR_INDEX in imt.interpret.patches
+    assert iris.heap.CONTEXT_ABI_VERSION == imt.CONTEXT_ABI_VERSION
+    return "ok"
+
+
+if __name__ == "__main__":
+    print(json.dumps(globals()[f"check_{sys.argv[1]}"](*sys.argv[2:])))

@@ -6,10 +6,6 @@ the check needs before triton is imported, so that what the process had imported
 before is known.
 """
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import torch
@@ -24,14 +20,7 @@ TESTS = Path(__file__).parent
 
 
 def _run(check, *args, interpret="1"):
-    """``check(*args)`` of this file in a fresh interpreter; its last line of output (JSON)."""
-    env = {**os.environ, "TRITON_INTERPRET": interpret}
-    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), *filter(None, [env.get("PYTHONPATH")])])
-    done = subprocess.run(
-        [sys.executable, __file__, check, *args], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, f"{check}{args} failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return side_effects.run(check, *args, interpret=interpret, script=__file__)
 
 
 # -- the tests ------------------------------------------------------------------------------------
@@ -240,5 +229,4 @@ def check_compat_shared():
 
 
 if __name__ == "__main__":
-    result = globals()[f"check_{sys.argv[1]}"](*sys.argv[2:])
-    print(json.dumps(result))
+    side_effects.main(globals())

@@ -5,9 +5,6 @@ Each check runs in a fresh interpreter (this file run as a script, or iris.testi
 with TRITON_INTERPRET set before triton is imported.
 """
 
-import json
-import os
-import subprocess
 import sys
 
 import torch
@@ -16,12 +13,8 @@ from iris.testing import side_effects
 from iris.testing.side_effects import expect_restored, range_kernel, snapshot
 
 
-def _run(check, interpret="1"):
-    """``check()`` of this file in a fresh interpreter; its last line of output (JSON)."""
-    env = {**os.environ, "TRITON_INTERPRET": interpret}
-    done = subprocess.run([sys.executable, __file__, check], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, f"{check} failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
-    return json.loads(done.stdout.strip().splitlines()[-1])
+def _run(check, *args, interpret="1"):
+    return side_effects.run(check, *args, interpret=interpret, script=__file__)
 
 
 def test_importing_the_layer_changes_nothing_for_plain_kernels():
@@ -74,4 +67,4 @@ def check_compat_shared():
 
 
 if __name__ == "__main__":
-    print(json.dumps(globals()[f"check_{sys.argv[1]}"](*sys.argv[2:])))
+    side_effects.main(globals())

@@ -27,16 +27,18 @@ from triton.experimental.gluon import language as gl
 __all__ = ["changes", "cpu_launch", "expect_restored", "run", "snapshot", "axpy_kernel", "range_kernel"]
 
 
-def run(check, *args, interpret="1", pythonpath=()):
-    """``check(*args)`` of this module in a fresh interpreter; its last line of output (JSON).
+def run(check, *args, interpret="1", script=None):
+    """``check_<check>(*args)`` in a fresh interpreter; its last line of output (JSON).
 
-    ``pythonpath``: folders put first on the child's path (a test folder whose script is run).
+    The check is this module's, or ``script``'s (a test file that ends with :func:`main`; its
+    folder goes first on the child's path, for the helper modules beside it).
     """
     env = {**os.environ, "TRITON_INTERPRET": interpret}
-    env["PYTHONPATH"] = os.pathsep.join([*map(str, pythonpath), *filter(None, [env.get("PYTHONPATH")])])
-    done = subprocess.run(
-        [sys.executable, "-m", __name__, check, *args], env=env, capture_output=True, text=True, timeout=300
-    )
+    command = [sys.executable, "-m", __name__] if script is None else [sys.executable, str(script)]
+    if script is not None:
+        folder = os.path.dirname(os.path.abspath(script))
+        env["PYTHONPATH"] = os.pathsep.join([folder, *filter(None, [env.get("PYTHONPATH")])])
+    done = subprocess.run([*command, check, *args], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, f"{check}{args} failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -199,5 +201,11 @@ def expect_import_changes_nothing(module):
     run("import_patches_nothing", module)
 
 
+def main(checks):
+    """A check script's entry: run ``check_<argv[1]>(*argv[2:])`` from ``checks`` (its globals) and
+    print its result as the last line (JSON)."""
+    print(json.dumps(checks[f"check_{sys.argv[1]}"](*sys.argv[2:])))
+
+
 if __name__ == "__main__":
-    print(json.dumps(globals()[f"check_{sys.argv[1]}"](*sys.argv[2:])))
+    main(globals())

@@ -31,6 +31,7 @@ from .registry import BACKENDS, EXAMPLES, Example
 __all__ = ["main"]
 
 PROG = "python -m iris.examples"
+TRACE_VIEW = "trace-view"  # the one tool beside the examples: ``trace-view FILE --png OUT``
 
 
 def _common(parser: argparse.ArgumentParser, *, sweeps: bool = False) -> None:
@@ -52,6 +53,13 @@ def _common(parser: argparse.ArgumentParser, *, sweeps: bool = False) -> None:
 
 def _list_examples() -> int:
     rows = [{"name": e.name, "backend": e.backend, "summary": e.summary} for e in EXAMPLES.values()]
+    rows.append(
+        {
+            "name": TRACE_VIEW,
+            "backend": None,
+            "summary": "draw a trace file (--trace, heap.tracing.export) as a PNG timeline; no ranks",
+        }
+    )
     tables.print_table(
         "iris.examples",
         rows,
@@ -160,6 +168,10 @@ def _run(module, args) -> list | dict:
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit status (0 ok, 1 mismatch or failed rank, 2 bad usage)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == [TRACE_VIEW]:  # a tool that reads a trace file, not an example run on ranks
+        from . import trace_view
+
+        return trace_view.main(argv[1:])
     try:
         example, args, module = _parse(argv)
     except SystemExit as e:  # argparse: --help (0) or a usage error (2)

@@ -24,7 +24,7 @@ import argparse
 import os
 import sys
 
-from . import launch, tables
+from . import launch, tables, trace
 from .options import positive_int
 from .registry import BACKENDS, EXAMPLES, Example
 
@@ -48,6 +48,7 @@ def _common(parser: argparse.ArgumentParser, *, sweeps: bool = False) -> None:
     g.add_argument("--csv", metavar="PATH", default=None, help="write the result rows to this CSV file")
     g.add_argument("--plot", metavar="PATH", default=None, help="save a plot of the results (.png, .svg, .pdf)")
     g.add_argument("--cpu", action="store_true", help="run on CPU ranks under Triton's interpreter even with a GPU")
+    trace.add_arguments(g)
     g.add_argument("--verbose", action="store_true", help="show torch.distributed.elastic's own logging")
 
 
@@ -106,6 +107,8 @@ def _parse(argv: list[str]) -> tuple[Example, argparse.Namespace, object]:
     elif example.fixed_backend and args.backend != example.backend:
         parser.error(f"{example.name} runs the {example.backend} backend; for --backend {args.backend} run "
                      f"{example.name.removesuffix('-gluon')}")  # fmt: skip
+    if args.trace is not None and not implemented:
+        parser.error(f"{example.name} runs no kernels, so it has nothing to trace; leave --trace out")
     if implemented and args.backend not in implemented:
         parser.error(f"{example.name} implements only the {'/'.join(implemented)} backend, not --backend "
                      f"{args.backend}; leave --backend out")  # fmt: skip
@@ -146,15 +149,27 @@ def _print_failures(err: launch.RankFailedError) -> None:
 
 def _at(args: argparse.Namespace, world_size: int) -> argparse.Namespace:
     """``args`` for one world size of an example that sweeps them."""
-    return argparse.Namespace(**{**vars(args), "ranks": world_size})
+    at = {**vars(args), "ranks": world_size}
+    if args.trace is not None:
+        at["trace"] = trace.path_for(args.trace, world_size)
+    return argparse.Namespace(**at)
 
 
 def _run_torchrun(module, args) -> int:
     sweeps = getattr(module, "SWEEPS_RANKS", False)
-    results = launch.run_in_place(module.__name__, _at(args, args.ranks[0]) if sweeps else args)
+    run = _at(args, args.ranks[0]) if sweeps else args
+    results = launch.run_in_place(module.__name__, run)
     if results is None:  # not rank 0
         return 0
-    return module.report({args.ranks[0]: results} if sweeps else results, args)
+    status = module.report({args.ranks[0]: results} if sweeps else results, args)
+    _print_traces([run])
+    return status
+
+
+def _print_traces(runs) -> None:
+    for run in runs:
+        if run.trace is not None:
+            print(trace.summary(run.trace))
 
 
 def _run(module, args) -> list | dict:
@@ -163,6 +178,11 @@ def _run(module, args) -> list | dict:
     if not getattr(module, "SWEEPS_RANKS", False):
         return launch.launch(module.__name__, args, verbose=args.verbose)
     return {w: launch.launch(module.__name__, _at(args, w), verbose=args.verbose) for w in args.ranks}
+
+
+def _runs(module, args) -> list:
+    """The arguments each launch got (one per world size of an example that sweeps them)."""
+    return [_at(args, w) for w in args.ranks] if getattr(module, "SWEEPS_RANKS", False) else [args]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -190,4 +210,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    return int(module.report(results, args))
+    status = int(module.report(results, args))
+    _print_traces(_runs(module, args))
+    return status

@@ -76,9 +76,10 @@ LAYERS = {
 
 
 def _install(session: nox.Session, layer: Layer, triton: str | None, extras: str = "test") -> None:
-    pkgs = [str(PACKAGES / d) for d in layer.siblings]
-    if extras == "test":
-        pkgs.append(str(PACKAGES / TEST_SUPPORT))
+    siblings = list(layer.siblings)
+    if extras == "test":  # the test support, and the siblings it needs itself (iris-heap)
+        siblings += [d for d in INSTALLS[TEST_SUPPORT] if d not in siblings and d != layer.dist]
+    pkgs = [str(PACKAGES / d) for d in siblings]
     extras = ",".join(e for e in (extras, layer.extras) if e)
     pkgs.append(f"{PACKAGES / layer.dist}[{extras}]" if extras else str(PACKAGES / layer.dist))
     pins = [f"triton=={triton}"] if triton else []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import socket
 import threading
 import weakref
 from collections.abc import Callable
@@ -26,6 +27,7 @@ from .errors import (
 )
 from .factories import TensorFactories, extent
 from .tracing import Tracing
+from .transport.base import exchange_or_raise
 
 __all__ = ["SymmetricHeap", "HeapStats", "Reservation", "init", "default_heap"]
 
@@ -112,6 +114,7 @@ class SymmetricHeap(TensorFactories):
                 "device type": getattr(self.device, "type", None),
             },
         )
+        self._ranks_per_device = _ranks_per_device(self._control, self.device)
         self._transport = transport_cls(size, self.device, self._control)
         self.size = size
         self._alloc = BlockAllocator(size)
@@ -187,6 +190,17 @@ class SymmetricHeap(TensorFactories):
     def base(self) -> int:
         """The address of this rank's heap in this process (``heap_bases[rank]``, without a device read)."""
         return self._base
+
+    @property
+    def ranks_per_device(self) -> int:
+        """How many ranks of this heap (this one included) run on this rank's device, agreed at init.
+
+        Ranks on one GPU (under MPS or time-sliced) share its multiprocessors and its memory
+        bandwidth, so a kernel whose programs must all be resident at once takes its share. On CPU
+        ranks every rank shares the host's CPU (a heap's shared memory never spans hosts): it is
+        the world size.
+        """
+        return self._ranks_per_device
 
     # -- allocation -------------------------------------------------------------------------
     def _allocate(
@@ -576,3 +590,24 @@ def _env_wait_timeout() -> float:
     if not 0 < value <= _MAX_WAIT_TIMEOUT:
         raise ValueError(f"IRIS_WAIT_TIMEOUT must be in (0, {_MAX_WAIT_TIMEOUT:g}] seconds, got {raw!r}")
     return value
+
+
+def _device_identity(device: torch.device) -> str:
+    """A name for ``device`` that every rank on the same physical device gives alike: a GPU's UUID
+    (whatever ``CUDA_VISIBLE_DEVICES`` numbers it), a CPU rank's host."""
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        uuid = getattr(props, "uuid", None)
+        return f"cuda {uuid}" if uuid is not None else f"cuda {socket.gethostname()} {props.name} #{device.index}"
+    return f"{device.type} {socket.gethostname()}"
+
+
+def _ranks_per_device(control: ControlGroup, device: torch.device) -> int:
+    """How many ranks name this rank's device as theirs (one exchange over the control group;
+    every rank fails together if one cannot name its device)."""
+    try:
+        mine, error = _device_identity(device), None
+    except Exception as e:  # noqa: BLE001 - every rank hears of it in the exchange
+        mine, error = None, e
+    everyone = exchange_or_raise(control, mine, error, "iris.heap.init: naming each rank's device")
+    return everyone.count(mine)

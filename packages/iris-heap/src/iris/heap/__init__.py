@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from . import context, testing, tracing
+from . import context, log, testing, tracing
 from .allocator import ALIGNMENT
 from .context import CONTEXT_ABI_VERSION
 from .device_errors import DeviceError, Watchdog
@@ -44,6 +44,7 @@ __all__ = [
     "context",
     "default_heap",
     "init",
+    "log",
     "testing",
     "tracing",
 ]

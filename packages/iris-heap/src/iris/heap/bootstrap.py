@@ -13,6 +13,7 @@ import torch.distributed as dist
 
 from .allocator import ALIGNMENT
 from .errors import AsymmetricHeapError
+from .log import get_logger
 from .transport import available, select
 from .transport.base import exchange_or_raise
 
@@ -28,6 +29,8 @@ __all__ = [
 ]
 
 _ENV_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+_logger = get_logger(__name__)
 
 
 @dataclass
@@ -63,9 +66,15 @@ def join(group=None, timeout: datetime.timedelta | None = None) -> ControlGroup:
     """
     if group is None and not dist.is_initialized():
         if all(v in os.environ for v in _ENV_VARS):
+            _logger.info(
+                "joining torch.distributed from the environment (env://, gloo): rank %s of %s at %s:%s; "
+                "this waits for every rank",
+                *(os.environ[v] for v in _ENV_VARS),
+            )
             kwargs = {"timeout": timeout} if timeout is not None else {}
             dist.init_process_group(backend="gloo", init_method="env://", **kwargs)
         else:
+            _logger.debug("no process group and no torchrun environment: a single rank")
             return ControlGroup(rank=0, world_size=1, group=None, gloo=None)
     if group is not None and not dist.is_initialized():
         raise ValueError("a group was given but torch.distributed is not initialized")
@@ -77,6 +86,9 @@ def join(group=None, timeout: datetime.timedelta | None = None) -> ControlGroup:
         gloo = group if group is not None else dist.group.WORLD
     else:
         ranks = dist.get_process_group_ranks(group) if group is not None else None
+        _logger.debug(
+            "making a gloo control group beside the %s group (every rank of it must call init)", dist.get_backend(group)
+        )
         gloo = dist.new_group(ranks=ranks, backend="gloo")
     return ControlGroup(rank=rank, world_size=world_size, group=group or dist.group.WORLD, gloo=gloo)
 

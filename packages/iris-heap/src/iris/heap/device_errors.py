@@ -14,7 +14,6 @@ differed); the heap raises everything else itself.
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 from dataclasses import dataclass
@@ -22,10 +21,11 @@ from dataclasses import dataclass
 import torch
 
 from . import context as abi
+from .log import fatal, get_logger
 
 __all__ = ["DeviceError", "ErrorRecord", "Watchdog"]
 
-log = logging.getLogger("iris")
+_logger = get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -79,6 +79,7 @@ class Watchdog:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"iris-watchdog-rank{heap.rank}", daemon=True)
         self._thread.start()
+        _logger.debug("watchdog started: polling the error record every %g s, on_error=%r", interval, on_error)
 
     @property
     def running(self) -> bool:
@@ -95,9 +96,8 @@ class Watchdog:
             error = self.heap._poll_device_error()
             if error is None:
                 continue
-            log.error("rank %d: %s", self.heap.rank, error)
             if self.on_error == "abort":
-                for handler in logging.getLogger().handlers + log.handlers:
-                    handler.flush()
+                fatal(_logger, "watchdog: device error, aborting the process (on_error='abort'): %s", error)
                 os.abort()  # as NCCL's async error handling: the launcher sees the rank die
-            return  # "raise": the heap is marked failed; the next Iris call on this rank raises
+            _logger.error("watchdog: device error, the next Iris call on this rank raises it: %s", error)
+            return  # "raise": the heap is marked failed

@@ -26,10 +26,13 @@ from .errors import (
     WaitTimeoutError,
 )
 from .factories import TensorFactories, extent
+from .log import get_logger, set_rank
 from .tracing import Tracing
 from .transport.base import exchange_or_raise
 
 __all__ = ["SymmetricHeap", "HeapStats", "Reservation", "init", "default_heap"]
+
+_logger = get_logger(__name__)
 
 DEFAULT_WAIT_TIMEOUT = 60.0  # seconds; IRIS_WAIT_TIMEOUT overrides
 _MAX_WAIT_TIMEOUT = 1e9  # seconds (about 31 years): the bound in nanoseconds stays far inside int64
@@ -103,6 +106,10 @@ class SymmetricHeap(TensorFactories):
         self.rank = self._control.rank
         self.world_size = self._control.world_size
         self.group = self._control.group
+        set_rank(self.rank, self.world_size)  # every Iris record from now on names this rank
+        _logger.debug(
+            "iris.heap.init: joined %d ranks; agreeing on size %d and transport %r", self.world_size, size, transport
+        )
         self.device, device_error = check_device(device, self.rank)
         transport_cls, transport_error = check_transport(transport, self.device)
         agree_on_arguments(
@@ -144,6 +151,10 @@ class SymmetricHeap(TensorFactories):
         _open.append(weakref.ref(self))
         if _made is not None:
             _made.append(self)
+        _logger.info(
+            "heap ready: %d bytes per rank on %s over %s (%d bytes mapped per rank), %d ranks, wait bound %g s",
+            size, self.device, self.transport, self._transport.mapped_size, w, self.wait_timeout,
+        )  # fmt: skip
 
     # -- lifetime ---------------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -158,6 +169,7 @@ class SymmetricHeap(TensorFactories):
         """
         if self._closed:
             return
+        _logger.debug("close(): waiting for the device and every rank")
         try:
             if self.watchdog_running:
                 self._watchdog.stop()
@@ -175,6 +187,7 @@ class SymmetricHeap(TensorFactories):
             self._blocks.clear()
             self._reserved.clear()
             _open[:] = [r for r in _open if r() is not None and r() is not self]
+            _logger.info("heap closed (memory that live tensors still view stays mapped until they go)")
 
     def __enter__(self) -> SymmetricHeap:
         return self
@@ -305,6 +318,10 @@ class SymmetricHeap(TensorFactories):
         for offset in common:
             del self._blocks[offset]
             reclaimed += self._alloc.release(offset)
+        _logger.debug(
+            "collect(): %d bytes in %d blocks reclaimed; %d dropped here but alive on a peer stay quarantined",
+            reclaimed, len(common), len(dead[self.rank]) - len(common),
+        )  # fmt: skip
         return reclaimed
 
     # -- queries -----------------------------------------------------------------------------
@@ -431,6 +448,9 @@ class SymmetricHeap(TensorFactories):
         if not untouched:
             tensor.zero_()
         self._reserved[name] = Reservation(name, offset, nbytes, tensor, untouched)
+        _logger.debug(
+            "reserved %r: %d bytes at offset %#x (%s)", name, nbytes, offset, "untouched" if untouched else "zeroed"
+        )
         return tensor
 
     def unreserve(self, name: str) -> None:
@@ -440,6 +460,7 @@ class SymmetricHeap(TensorFactories):
         if have is None:
             raise KeyError(f"unreserve(): nothing is reserved under {name!r}; reserved: {sorted(self._reserved)}")
         self._alloc.release(have.offset)
+        _logger.debug("unreserved %r: %d bytes at offset %#x", name, have.nbytes, have.offset)
 
     def reservations(self) -> dict[str, Reservation]:
         """Every reservation of this rank, by name."""
@@ -496,6 +517,10 @@ class SymmetricHeap(TensorFactories):
                 if error is not None:
                     self._pending = self._translate(error)
                     self._record.clear()
+                    _logger.debug(
+                        "device error read from the record: %s (detail %d, value %d, peer %d, aux %d); pending",
+                        error.name, error.detail, error.value, error.peer, error.aux,
+                    )  # fmt: skip
             return self._pending
 
     def check_device_errors(self) -> None:

@@ -29,10 +29,14 @@ import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .log import get_logger
+
 __all__ = ["run", "World", "WorldPool", "RankFailedError", "RankFailure", "RemoteTraceback"]
 
 DEFAULT_TIMEOUT = float(os.environ.get("IRIS_TEST_TIMEOUT", 900))
 _GRACE = 5.0  # seconds the other ranks get to report once one rank has failed
+
+_logger = get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -161,6 +165,7 @@ class World:
         ]
         for p in self._procs:
             p.start()
+        _logger.debug("started %d rank processes (gloo over 127.0.0.1:%d)", self.world_size, port)
 
     def run(self, fn, *args, timeout: float | None = None) -> list:
         """Call ``fn(rank, world_size, *args)`` on every rank; the results in rank order."""
@@ -200,6 +205,7 @@ class World:
                     failure = (rank, _rebuild(rank, self.world_size, *body))
                     deadline = min(deadline, time.monotonic() + _GRACE)
         if failure is not None:
+            _logger.debug("%s failed on rank %d; stopping all %d ranks", _name(fn), failure[0], self.world_size)
             # A rank that died is the root cause of its peers' "connection closed" errors.
             dead = [r for r, p in enumerate(self._procs) if p.exitcode is not None and p.exitcode != 0]
             if dead and not isinstance(failure[1], RankFailedError):

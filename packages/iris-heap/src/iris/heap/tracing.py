@@ -53,6 +53,7 @@ import torch
 
 from . import context as abi
 from .errors import AsymmetricHeapError, HeapClosedError, HeapError
+from .log import get_logger
 from .transport.base import exchange_or_raise
 
 __all__ = [
@@ -64,6 +65,8 @@ __all__ = [
     "chrome_trace",
     "rank_path",
 ]
+
+_logger = get_logger(__name__)
 
 #: Built-in event ids, by name: the phases iris.ccl's kernels record when ``Config(trace=True)``
 #: (and iris.ops's after them). Ids below ``FIRST_USER_EVENT`` are the library's.
@@ -206,6 +209,10 @@ class Tracing:
                 self._capacity = 0
             raise
         self._clock, self._calibration, self._enabled = clock, calibration, True
+        _logger.debug(
+            "tracing enabled: %d events; clock offset %d ns +- %d ns (%s)",
+            max_events, calibration.offset_ns, calibration.uncertainty_ns, calibration.source,
+        )  # fmt: skip
 
     def _buffer(self, heap, max_events: int) -> bool:
         """Reserve (or keep) the buffer for ``max_events``; whether a new one was made."""
@@ -354,6 +361,14 @@ class Tracing:
         except Exception as e:  # noqa: BLE001 - every rank hears of it
             error = e
         exchange_or_raise(heap._control, None, error, "writing the trace")
+        if written is not None:
+            _logger.info("wrote the trace to %s", written)
+        dropped = max(0, mine["claimed"] - mine["capacity"])
+        if dropped:
+            _logger.warning(
+                "%d trace events found the buffer full and were dropped; enable tracing with a larger max_events "
+                "(now %d)", dropped, mine["capacity"],
+            )  # fmt: skip
         return written
 
     def _payload(self, heap) -> dict:

@@ -7,7 +7,11 @@ from typing import ClassVar
 
 import torch
 
+from ..log import get_logger
+
 __all__ = ["Transport", "exchange_or_raise"]
+
+_logger = get_logger(__name__)
 
 
 class Transport(ABC):
@@ -57,14 +61,17 @@ def exchange_or_raise(control, payload, error: BaseException | None, what: str) 
     even when the exchange breaks too (a peer died): that error says more than a closed connection.
     """
     mine = ("error", f"{type(error).__name__}: {error}") if error is not None else ("ok", payload)
+    _logger.debug("%s: waiting for every rank's status (this rank: %s)", what, mine[0])
     try:
         everyone = control.all_gather_object(mine)
     except Exception as broken:
+        _logger.debug("%s: the exchange broke (%s: %s)", what, type(broken).__name__, broken)
         if error is not None:
             raise error from broken
         raise
     failed = [(r, msg) for r, (status, msg) in enumerate(everyone) if status == "error"]
     if failed:
+        _logger.debug("%s: failed on ranks %s", what, [r for r, _ in failed])
         if error is not None:
             raise error
         detail = "; ".join(f"rank {r}: {msg}" for r, msg in failed)

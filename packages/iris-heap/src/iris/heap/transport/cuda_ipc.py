@@ -10,15 +10,17 @@ from __future__ import annotations
 import torch
 
 from ..errors import HeapError, HeapExhaustedError
+from ..log import get_logger
 from .base import Transport, exchange_or_raise
 
 __all__ = ["CudaIpcTransport", "MAPPING_GRANULE"]
 
-#: The allocation behind a heap is a whole number of these (2 MiB, the GPU's large page). On an
-#: H200 a peer's IPC mapping of a 2,215,673,856-byte allocation (not a multiple of 64 KiB) was
-#: read 13% and written 16% slower at 1 GiB than the same data in a 2 GiB + 2 MiB one, which
-#: ran at the local copy's speed; rounding up costs under 2 MiB per rank.
+#: The allocation behind a heap is a whole number of these (2 MiB, the GPU's large page): peers
+#: reach a mapping of any other size slower (BENCHMARKS.md, "rma at 1 GiB was slow because of the
+#: heap's size"); rounding up costs under 2 MiB per rank.
 MAPPING_GRANULE = 2 << 20
+
+_logger = get_logger(__name__)
 
 
 def _cudart():
@@ -112,6 +114,7 @@ class CudaIpcTransport(Transport):
             _check(rt, rt.cudaMemset(local.ptr, 0, mapped), "cudaMemset")
             _check(rt, rt.cudaDeviceSynchronize(), "cudaDeviceSynchronize")
             handle = bytes(_check(rt, rt.cudaIpcGetMemHandle(local.ptr), "cudaIpcGetMemHandle").reserved)
+            _logger.debug("cudaMalloc: %d bytes (%d asked) on %s at %#x, zeroed", mapped, size, device, local.ptr)
         except BaseException as e:
             error = e
         handles = exchange_or_raise(control, handle, error, "creating the CUDA heap")
@@ -132,6 +135,7 @@ class CudaIpcTransport(Transport):
         except BaseException as e:
             error = e
         exchange_or_raise(control, None, error, "mapping peers' CUDA heaps")
+        _logger.debug("opened the CUDA IPC handles of all %d ranks' heaps", control.world_size)
         self._maps = maps
         self.bases = [m.ptr for m in maps]
         self.mapped_size = mapped  # bytes allocated per rank: size rounded up to MAPPING_GRANULE

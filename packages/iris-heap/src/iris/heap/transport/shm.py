@@ -44,6 +44,7 @@ import time
 import torch
 
 from ..errors import HeapError, HeapExhaustedError
+from ..log import get_logger
 from .base import Transport, exchange_or_raise
 
 __all__ = ["ShmTransport", "EXCHANGE_TIMEOUT"]
@@ -54,6 +55,8 @@ EXCHANGE_TIMEOUT = 30.0
 
 _HELLO = struct.Struct("<qq")  # sent with the descriptor: the sender's rank and heap size
 _UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+
+_logger = get_logger(__name__)
 
 
 def _address(mm: mmap.mmap) -> int:
@@ -93,6 +96,7 @@ class ShmTransport(Transport):
             except BaseException as e:
                 error = e
         exchange_or_raise(control, None, error, "exchanging shared-memory heaps")
+        _logger.debug("mapped the shared-memory heaps of all %d ranks", control.world_size)
         self._maps = maps
         self._views = [memoryview(m) for m in maps]
         self.bases = [_address(m) for m in maps]
@@ -128,6 +132,9 @@ class ShmTransport(Transport):
         except BaseException:
             os.close(fd)
             raise
+        _logger.debug(
+            "made memory file iris-heap-rank%d: %d bytes, sealed (%d could be given: %s)", rank, size, room, where
+        )
         return fd
 
     @staticmethod
@@ -146,6 +153,7 @@ class ShmTransport(Transport):
         except BaseException:
             listener.close()
             raise
+        _logger.debug("listening for %d peers on an abstract socket (no file)", world_size - 1)
         return listener
 
     def _exchange(self, fd: int, listener: socket.socket, names: list, size: int, cleanup) -> dict[int, int]:
@@ -182,6 +190,7 @@ class ShmTransport(Transport):
         while unserved or len(received) < len(names) - 1:
             missing = sorted(set(range(len(names))) - set(received) - {rank})
             waiting = f"heaps from ranks {missing}" if missing else f"{unserved} peers to connect"
+            _logger.debug("descriptor exchange: waiting for %s", waiting)
             ready = selector.select(_left(deadline, rank, waiting))
             if not ready:
                 raise _timeout(rank, waiting)
@@ -251,6 +260,7 @@ class ShmTransport(Transport):
         # Mappings stay until the last tensor over them is gone; no tensor can dangle.
         self._views = []
         self._maps = []
+        _logger.debug("dropped the heap's references to the %d shared-memory mappings", len(self.bases))
 
 
 def _left(deadline: float, rank: int, waiting: str) -> float:

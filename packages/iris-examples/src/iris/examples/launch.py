@@ -25,6 +25,8 @@ import traceback
 import uuid
 from argparse import Namespace
 
+from iris.heap.log import get_logger
+
 # One failure type for every way Iris starts ranks, defined in the layer below (whose test runner
 # raises it too, and which may not import this package) and re-exported here.
 from iris.heap.testing import RankFailedError, RankFailure
@@ -86,6 +88,8 @@ def quiet_launcher(verbose: bool = False) -> None:
 
 _FAILURE_DIR = "IRIS_EXAMPLES_FAILURE_DIR"  # where spawned ranks record how they failed
 
+_logger = get_logger(__name__)
+
 
 def _record_failure(error: BaseException) -> None:
     """Write this rank's failure (with a clock shared by the host's processes) for ``launch`` to read.
@@ -106,6 +110,7 @@ def _record_failure(error: BaseException) -> None:
     with open(path + ".tmp", "w") as f:
         json.dump(record, f)
     os.replace(path + ".tmp", path)
+    _logger.debug("this rank failed (%s); recorded for the launcher in %s", record["message"], path)
 
 
 def _rank_part(module_name: str, args: Namespace) -> list | None:
@@ -122,11 +127,14 @@ def _rank_work(module_name: str, args: Namespace) -> list | None:
 
     own_group = not dist.is_initialized()
     if own_group:
+        _logger.debug("joining torch.distributed (gloo, env://): waits for every rank")
         dist.init_process_group(backend="gloo", init_method="env://")
     try:
         module = importlib.import_module(module_name)
+        _logger.debug("running %s.rank_main", module_name)
         result = module.rank_main(args)
         rank, world_size = dist.get_rank(), dist.get_world_size()
+        _logger.debug("%s.rank_main returned; gathering the results on rank 0", module_name)
         gathered = [None] * world_size if rank == 0 else None
         dist.gather_object(result, gathered, dst=0)
         return gathered
@@ -183,10 +191,16 @@ def launch(module_name: str, args: Namespace, *, verbose: bool = False) -> list:
     folder = tempfile.mkdtemp(prefix="iris-examples-")
     previous = os.environ.get(_FAILURE_DIR)
     os.environ[_FAILURE_DIR] = folder  # the ranks inherit it
+    _logger.info(
+        "launching %d ranks of %s (spawned, c10d rendezvous on localhost, run id %s)",
+        args.ranks, module_name, config.run_id,
+    )  # fmt: skip
     try:
         outputs = elastic_launch(config, _rank_entry)(module_name, args)
     except ChildFailedError as e:
-        raise RankFailedError(failures=_failures(folder, e)) from None
+        failures = _failures(folder, e)
+        _logger.debug("ranks %s failed; the earliest record first", [f.rank for f in failures])
+        raise RankFailedError(failures=failures) from None
     finally:
         if previous is None:
             os.environ.pop(_FAILURE_DIR, None)

@@ -32,6 +32,10 @@ except ModuleNotFoundError:  # Python 3.10: nox itself depends on tomli there
 ROOT = Path(__file__).parent
 PACKAGES = ROOT / "packages"
 TOOLS = ROOT / "tools"
+sys.path.insert(0, str(TOOLS))  # the one reader of the pyprojects, shared with tools/check_ranges.py
+import pyprojects  # noqa: E402
+
+PROJECTS = pyprojects.read(ROOT)
 CPU_CONSTRAINTS = ROOT / "constraints-cpu.txt"
 TRITON_OLDEST, TRITON_NEWEST = "3.6.0", "3.9.0"
 # What every layer's tests share (the pytest plugin, the mem conformance suite): installed from its
@@ -235,7 +239,7 @@ def install(session: nox.Session, dist: str) -> None:
     """
     wheels = _wheel_dir(session)
     name = dist.split("[")[0]
-    versions = {d: _pyproject(d)["project"]["version"] for d in MODULES}
+    versions = {p.name: p.version for p in PROJECTS.values()}  # each package's __version__
     # Constraints (they install nothing themselves): each sibling at its version here, so that pip
     # takes it from the wheel folder; without a GPU the newest tested triton (with one, torch's pin).
     pins = Path(session.create_tmp()) / "pins.txt"

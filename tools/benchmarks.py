@@ -30,6 +30,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pyprojects  # beside this file: the packages' versions, each defined once
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = [sys.executable, "-m", "iris.examples"]
 
@@ -192,12 +194,7 @@ def _machine() -> list[str]:
         lines.append(f"nvidia-smi: {smi}")
     except FileNotFoundError:
         pass
-    versions = []
-    for pyproject in sorted((ROOT / "packages").glob("*/pyproject.toml")):
-        text = pyproject.read_text()
-        name = text.split('name = "', 1)[1].split('"', 1)[0]
-        version = text.split('version = "', 1)[1].split('"', 1)[0]
-        versions.append(f"{name} {version}")
+    versions = [f"{p.name} {p.version}" for p in sorted(pyprojects.read(ROOT).values(), key=lambda p: p.name)]
     lines.append("iris: " + ", ".join(versions))
     commit = (
         os.environ.get("IRIS_COMMIT")

@@ -5,8 +5,9 @@ that distribution declares, taken from those wheels, and nothing of the checkout
     SPEC (JSON): {"expect": {dist: [module, version], ...}, "absent": {dist: module, ...}, "checkout": path}
 
 Checks that every expected module imports from this environment's site-packages (not from the
-checkout's packages/), carries the pyproject's ``__version__``, and agrees with iris.heap's device
-context ABI when it declares one; that every absent module cannot be found; that importlib.metadata
+checkout's packages/), carries its package's version (``__version__``, the one place it is written,
+which the checkout's copy and the installed metadata must both show), and agrees with iris.heap's
+device context ABI when it declares one; that every absent module cannot be found; that importlib.metadata
 lists exactly the expected iris-* distributions; and that each installed distribution's files are
 byte for byte those of its wheel in WHEEL_DIR (hashed against the wheel's RECORD). Run it from a
 directory outside the checkout, so that nothing of the checkout is on sys.path.
@@ -83,7 +84,13 @@ def main(wheels: Path, spec: dict) -> list[str]:
             failures.append(f"{dist}: {module} imported from {origin}, not from this environment's {purelib}")
         found = getattr(modules[module], "__version__", None)
         if found != version:
-            failures.append(f"{dist}: {module}.__version__ is {found!r}, its pyproject says {version!r}")
+            failures.append(f"{dist}: {module}.__version__ is {found!r}, the checkout's is {version!r}")
+        try:
+            declared = md.version(dist)
+        except md.PackageNotFoundError:
+            declared = None
+        if declared != found:
+            failures.append(f"{dist}: installed metadata says version {declared!r}, {module}.__version__ {found!r}")
     heap = modules.get("iris.heap")
     for module, mod in modules.items():
         abi = getattr(mod, "CONTEXT_ABI_VERSION", None)

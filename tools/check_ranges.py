@@ -1,9 +1,11 @@
 """Every requirement on a sibling distribution admits the sibling's version in this checkout.
 
-Reads packages/*/pyproject.toml (no installs: tomllib and packaging only). For every requirement in
-``dependencies`` and ``optional-dependencies`` that names a sibling, the sibling's current version
-must satisfy it; it must be a bounded range, never a path or URL; and any extra it asks for must be
-one the sibling declares. Exit status 1, with one line per violation, when any fails.
+Reads packages/*/pyproject.toml (no installs: tomllib and packaging only, through pyprojects.py
+beside this file). For every requirement in ``dependencies`` and ``optional-dependencies`` that
+names a sibling, the sibling's current version (its package's ``__version__``, the one place it is
+written) must satisfy it; it must be a bounded range, never a path or URL; and any extra it asks for
+must be one the sibling declares. Exit status 1, with one line per violation, when any fails (a
+version written anywhere but the package is one).
 
     python tools/check_ranges.py [ROOT]
 """
@@ -13,25 +15,23 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10: nox depends on tomli there
-    import tomli as tomllib
-
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
+from pyprojects import Project, read, version_of
 
 UPPER_BOUNDS = {"<", "<=", "==", "===", "~="}
 
 
-def read_projects(root: Path) -> dict[str, tuple[Path, dict]]:
-    """Canonical distribution name -> (its pyproject.toml, its [project] table)."""
-    projects = {}
-    for pyproject in sorted(root.glob("packages/*/pyproject.toml")):
-        project = tomllib.loads(pyproject.read_text())["project"]
-        projects[canonicalize_name(project["name"])] = (pyproject, project)
-    return projects
+def versions(projects: dict[str, Project]) -> tuple[dict[str, str], list[str]]:
+    """Canonical distribution name -> its version, and why a distribution's version cannot be read."""
+    found, problems = {}, []
+    for name, project in projects.items():
+        try:
+            found[name] = version_of(project)
+        except (OSError, ValueError) as e:
+            problems.append(str(e))
+    return found, problems
 
 
 def requirements(project: dict):
@@ -44,22 +44,21 @@ def requirements(project: dict):
 
 
 def violations(root: Path) -> list[str]:
-    projects = read_projects(root)
-    found = []
-    for pyproject, project in projects.values():
-        where_file = pyproject.relative_to(root)
-        for where, text in requirements(project):
+    projects = read(root)
+    versions_here, found = versions(projects)
+    for project in projects.values():
+        where_file = (project.folder / "pyproject.toml").relative_to(root)
+        for where, text in requirements(project.table):
             try:
                 req = Requirement(text)
             except InvalidRequirement as e:
                 found.append(f"{where_file} [{where}]: cannot parse requirement {text!r}: {e}")
                 continue
             sibling = projects.get(canonicalize_name(req.name))
-            if sibling is None:
-                continue
-            sibling_file, sibling_project = sibling
-            version = Version(sibling_project["version"])
-            at = f"{sibling_project['name']} {version} ({sibling_file.relative_to(root)})"
+            if sibling is None or canonicalize_name(req.name) not in versions_here:
+                continue  # not a sibling, or one whose version is reported above
+            version = Version(versions_here[canonicalize_name(req.name)])
+            at = f"{sibling.name} {version} ({sibling.version_file.relative_to(root)})"
             here = f"{where_file} [{where}]: {text!r}"
             if req.url:
                 found.append(f"{here} is a URL/path; a sibling is required by a version range")
@@ -69,7 +68,7 @@ def violations(root: Path) -> list[str]:
                 found.append(f"{here} does not admit {at}; widen the range or fix the version")
             elif not any(spec.operator in UPPER_BOUNDS for spec in req.specifier):
                 found.append(f"{here} has no upper bound; a sibling range is compatible, e.g. '<0.2'")
-            missing = sorted(req.extras - set(sibling_project.get("optional-dependencies", {})))
+            missing = sorted(req.extras - set(sibling.table.get("optional-dependencies", {})))
             if missing:
                 found.append(f"{here} asks for extras {missing} that {at} does not declare")
     return found
@@ -77,7 +76,7 @@ def violations(root: Path) -> list[str]:
 
 def main(argv: list[str]) -> int:
     root = Path(argv[1] if len(argv) > 1 else Path(__file__).resolve().parent.parent)
-    projects = read_projects(root)
+    projects = read(root)
     if not projects:
         print(f"check-ranges: no packages/*/pyproject.toml under {root}", file=sys.stderr)
         return 1
@@ -86,7 +85,8 @@ def main(argv: list[str]) -> int:
         print(line, file=sys.stderr)
     if found:
         return 1
-    names = ", ".join(f"{p['name']} {p['version']}" for _, p in projects.values())
+    here, _ = versions(projects)
+    names = ", ".join(f"{p.name} {here[name]}" for name, p in projects.items())
     print(f"check-ranges: every sibling requirement admits the checkout's versions ({names})")
     return 0
 

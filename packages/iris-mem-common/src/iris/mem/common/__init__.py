@@ -40,6 +40,8 @@ import functools
 import threading
 from types import SimpleNamespace
 
+__version__ = "0.2.0"
+
 __all__ = ["SCALAR_INDEX", "Patches", "Saved", "Scope", "aggregate", "gluon_ast_source", "gluon_has_barrier"]
 
 _MISSING = object()

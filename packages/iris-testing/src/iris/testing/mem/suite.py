@@ -214,10 +214,15 @@ class Conformance:
 
     def test_version_and_context_abi(self, request):
         package = importlib.import_module(self.backend.package)
-        pyproject = (request.path.parents[1] / "pyproject.toml").read_text()  # packages/<dist>/tests/<this>
-        assert package.__version__ == re.search(r'^version = "([^"]+)"', pyproject, re.M).group(1), (
-            "one version, two places"
+        folder = request.path.parents[1]  # packages/<dist>/tests/<this>
+        pyproject = (folder / "pyproject.toml").read_text()
+        source = re.search(r'^\[tool\.hatch\.version\]\s*^path = "([^"]+)"', pyproject, re.M)
+        assert re.search(r'^dynamic = \["version"\]', pyproject, re.M) and source, (
+            "the version is written once, as the package's __version__ (hatch's dynamic version)"
         )
+        assert source.group(1) == f"src/{self.backend.package.replace('.', '/')}/__init__.py"
+        defined = re.search(r'^__version__ = "([^"]+)"', (folder / source.group(1)).read_text(), re.M)
+        assert defined and package.__version__ == defined.group(1), "the imported package is this checkout's"
         assert package.CONTEXT_ABI_VERSION == iris.heap.CONTEXT_ABI_VERSION
 
     def test_a_different_context_abi_refuses_to_import(self, monkeypatch):

@@ -63,6 +63,7 @@ from .ops import (  # noqa: E402
     wait,
     wait_timeout_ns,
 )
+from .tracing import Tracing, device_clock  # noqa: E402
 
 #: The source of compile-only Gluon builds (``triton.compile(GluonASTSource(fn, signature, constexprs), target=...)``).
 GluonASTSource = _common.gluon_ast_source()
@@ -74,6 +75,7 @@ __all__ = [
     "Context",
     "GluonASTSource",
     "InterpreterAtomicError",
+    "Tracing",
     "UnsupportedOnCPUError",
     "aggregate",
     "atomic_add",
@@ -90,6 +92,7 @@ __all__ = [
     "clock_ns",
     "copy",
     "current_target",
+    "device_clock",
     "get",
     "healthy",
     "interpret",
@@ -98,6 +101,7 @@ __all__ = [
     "put",
     "record_error",
     "store",
+    "tracing",
     "translate",
     "wait",
     "wait_timeout_ns",

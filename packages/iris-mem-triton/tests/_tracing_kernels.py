@@ -1,4 +1,5 @@
-"""The Triton kernels of test_triton_tracing (imported in the ranks, once TRITON_INTERPRET is settled).
+"""The Triton kernels of the tracing suite (iris.testing.mem.tracing, which test_triton_tracing runs;
+imported in the ranks, once TRITON_INTERPRET is settled).
 
 ``traced_kernel`` records, in every program, N intervals around a read-modify-write of its own
 counter and then one instant; with ``FREE=True`` it uses the free functions of
@@ -68,19 +69,3 @@ def barrier_instant_kernel(flags, context_ptr, EVENT: tl.constexpr):
         ctx.atomic_add(flags, 1, r)
     ctx.wait(flags, ctx.world_size, ">=")
     tr.record_instant(EVENT, ctx.rank, 0)
-
-
-def compile_cases(target):
-    """(label, kernel, signature, constexprs) of every compile-only check."""
-    cases = [
-        ("traced", traced_kernel, True, False),
-        ("traced, free functions", traced_kernel, True, True),
-        ("disabled", traced_kernel, False, False),
-        ("untraced", untraced_kernel, False, False),
-    ]
-    out = []
-    for label, fn, trace, free in cases:
-        constexprs = {"EVENT": 256, "INSTANT": 5, "N": 3, "TRACE": trace, "FREE": free}
-        signature = {"counts": "*i64", "context_ptr": "*i64", **dict.fromkeys(constexprs, "constexpr")}
-        out.append((label, fn, signature, constexprs))
-    return out

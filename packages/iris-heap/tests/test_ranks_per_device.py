@@ -69,4 +69,3 @@ def test_a_rank_that_cannot_name_its_device_fails_every_rank_at_init(world, worl
     assert found[-1] == ("RuntimeError", "injected: no device properties")
     for name, message in found[:-1]:
         assert name == "HeapError" and f"rank {world_size - 1}: RuntimeError: injected" in message, message
-

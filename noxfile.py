@@ -1,6 +1,7 @@
 """Test sessions: one per layer, each in a fresh virtual environment holding only that layer
 and what it declares (siblings installed from their folders here, never through a path in a
-pyproject). Adding a layer is adding one entry to LAYERS.
+pyproject). Adding a layer is adding one entry to LAYERS; which siblings it needs, its import name
+and its version come from its pyproject and package (tools/pyprojects.py), never from here.
 
 Packaging is proven beside the tests: `wheels` builds every distribution's wheel into one folder,
 `install(dist=...)` installs one distribution alone from it and checks that exactly it and what it
@@ -50,41 +51,32 @@ nox.options.error_on_missing_interpreters = True
 @dataclass(frozen=True)
 class Layer:
     dist: str  # the distribution under test
-    siblings: tuple[str, ...] = ()  # sibling distributions it needs, installed from their folders
     extras: str = ""  # extras of `dist` to install
     tritons: tuple[str, ...] = ()  # triton releases to test at (empty: triton is not a dependency)
     backends: tuple[str, ...] = ()  # values of IRIS_TEST_BACKEND (empty: no backend axis)
     env: dict = field(default_factory=dict)
 
+    def siblings(self, extras: str) -> list[str]:
+        """The siblings `dist[extras]` needs (its pyproject's, transitively), installed from their folders."""
+        return sorted(pyprojects.needs(PROJECTS, self.dist, [e for e in extras.split(",") if e]))
+
 
 LAYERS = {
     "heap": Layer("iris-heap"),
     "common": Layer("iris-mem-common", tritons=(TRITON_NEWEST,)),
-    "triton": Layer(
-        "iris-mem-triton", siblings=("iris-heap", "iris-mem-common"), tritons=(TRITON_OLDEST, TRITON_NEWEST)
-    ),
-    "gluon": Layer("iris-mem-gluon", siblings=("iris-heap", "iris-mem-common"), tritons=(TRITON_OLDEST, TRITON_NEWEST)),
-    "ccl": Layer(
-        "iris-ccl",
-        siblings=("iris-heap", "iris-mem-common", "iris-mem-triton", "iris-mem-gluon"),
-        extras="gluon",
-        tritons=(TRITON_NEWEST,),
-        backends=("triton", "gluon"),
-    ),
-    "examples": Layer(
-        "iris-examples",
-        siblings=("iris-heap", "iris-mem-common", "iris-mem-triton", "iris-mem-gluon", "iris-ccl"),
-        tritons=(TRITON_NEWEST,),
-    ),
+    "triton": Layer("iris-mem-triton", tritons=(TRITON_OLDEST, TRITON_NEWEST)),
+    "gluon": Layer("iris-mem-gluon", tritons=(TRITON_OLDEST, TRITON_NEWEST)),
+    "ccl": Layer("iris-ccl", extras="gluon", tritons=(TRITON_NEWEST,), backends=("triton", "gluon")),
+    "examples": Layer("iris-examples", tritons=(TRITON_NEWEST,)),
 }
 
 
 def _install(session: nox.Session, layer: Layer, triton: str | None, extras: str = "test") -> None:
-    siblings = list(layer.siblings)
-    if extras == "test":  # the test support, and the siblings it needs itself (iris-heap)
+    extras = ",".join(e for e in (extras, layer.extras) if e)
+    siblings = layer.siblings(extras)
+    if "test" in extras.split(","):  # the test support, and the siblings it needs itself (iris-heap)
         siblings += [d for d in INSTALLS[TEST_SUPPORT] if d not in siblings and d != layer.dist]
     pkgs = [str(PACKAGES / d) for d in siblings]
-    extras = ",".join(e for e in (extras, layer.extras) if e)
     pkgs.append(f"{PACKAGES / layer.dist}[{extras}]" if extras else str(PACKAGES / layer.dist))
     pins = [f"triton=={triton}"] if triton else []
     _pip_install(session, *_cpu_constraints(), *pins, *pkgs)
@@ -169,34 +161,25 @@ def demo(session: nox.Session) -> None:
 
 # --- packaging: wheels, each distribution installed alone, sibling ranges, the context ABI ---
 
-# The import of each distribution, and what installing one distribution (with an extra) must give:
-# itself and its dependencies, nothing else (DESIGN.md's layer table).
-MODULES = {
-    "iris-heap": "iris.heap",
-    "iris-mem-common": "iris.mem.common",
-    "iris-mem-triton": "iris.mem.triton",
-    "iris-mem-gluon": "iris.mem.gluon",
-    "iris-ccl": "iris.ccl",
-    "iris-examples": "iris.examples",
-    TEST_SUPPORT: "iris.testing",
-}
-INSTALLS = {
-    "iris-heap": ("iris-heap",),
-    "iris-mem-common": ("iris-mem-common",),
-    "iris-mem-triton": ("iris-heap", "iris-mem-common", "iris-mem-triton"),
-    "iris-mem-gluon": ("iris-heap", "iris-mem-common", "iris-mem-gluon"),
-    "iris-ccl": ("iris-heap", "iris-mem-common", "iris-mem-triton", "iris-ccl"),
-    "iris-ccl[gluon]": ("iris-heap", "iris-mem-common", "iris-mem-triton", "iris-mem-gluon", "iris-ccl"),
-    "iris-examples": (
-        "iris-heap",
-        "iris-mem-common",
-        "iris-mem-triton",
-        "iris-mem-gluon",
-        "iris-ccl",
-        "iris-examples",
-    ),
-    TEST_SUPPORT: ("iris-heap", TEST_SUPPORT),
-}
+# The import of each distribution (its src layout's package), and what installing one distribution
+# (alone, or with an extra that brings siblings) must give: itself and the siblings its pyproject
+# requires, transitively, nothing else. The install sessions check that the wheels give exactly that.
+MODULES = {p.name: p.module for p in PROJECTS.values()}
+
+
+def _installs() -> dict[str, tuple[str, ...]]:
+    installs = {}
+    for p in PROJECTS.values():
+        alone = pyprojects.needs(PROJECTS, p.name)
+        installs[p.name] = (*sorted(alone), p.name)
+        for extra in p.table.get("optional-dependencies", {}):
+            with_extra = pyprojects.needs(PROJECTS, p.name, [extra])
+            if with_extra != alone:
+                installs[f"{p.name}[{extra}]"] = (*sorted(with_extra), p.name)
+    return dict(sorted(installs.items(), key=lambda kv: (len(kv[1]), kv[0])))  # the bottom layers first
+
+
+INSTALLS = _installs()
 
 
 def _pyproject(dist: str) -> dict:
@@ -211,11 +194,7 @@ def _wheel_dir(session: nox.Session) -> Path:
 @_discarding
 def wheels(session: nox.Session) -> None:
     """Build the wheel of every distribution into one folder, the one the install sessions use."""
-    dists = sorted(p.parent.name for p in PACKAGES.glob("*/pyproject.toml"))
-    if sorted(MODULES) != dists:
-        session.error(
-            f"packages/ holds {dists}, but the noxfile's MODULES/INSTALLS name {sorted(MODULES)}: add the new one"
-        )
+    dists = sorted(p.folder.name for p in PROJECTS.values())
     folder = _wheel_dir(session)
     shutil.rmtree(folder, ignore_errors=True)
     backends = sorted({req for d in dists for req in _pyproject(d)["build-system"]["requires"]})

@@ -1,4 +1,4 @@
-"""The pytest plugin of Iris's test suites: what the layers' conftests each used to repeat.
+"""The pytest plugin of Iris's test suites: the fixtures, markers and CPU-rank set-up every layer's tests share.
 
 Loaded by ``-p iris.testing.plugin`` (the workspace pyproject's addopts: runs from the source
 tree with ``packages/*/src`` on ``PYTHONPATH``) or by its ``pytest11`` entry point of the same name

@@ -51,9 +51,11 @@ REPS = 8 if GPU else 4
 SEMS = [None, "relaxed", "acquire", "release", "acq_rel"]
 SCOPES = [None, "cta", "gpu", "sys"]
 
-#: Slack over 1.5 x the bound for a launch on CPU ranks of a loaded 2-core machine (the launch
-#: under the interpreter, one poll of the spin, the record's writes).
-LAUNCH_ALLOWANCE = 0.5
+#: Slack over 1.5 x the bound for a launch on CPU ranks of a loaded machine (the launch under the
+#: interpreter, one poll of the spin, the record's writes, and the rank descheduled for seconds:
+#: 1.7 s seen on 2 cores at load 8.5). Still far below what a bound counted in spins gave
+#: (27-100 x the bound), which this test exists to catch; the measured ratio is printed.
+LAUNCH_ALLOWANCE = 3.0
 
 OPERATIONS = ["translate", "load", "store", "get", "put", "copy", "atomic_add", "atomic_sub", "atomic_xchg",
               "atomic_cas", "atomic_and", "atomic_or", "atomic_xor", "atomic_min", "atomic_max", "wait"]  # fmt: skip

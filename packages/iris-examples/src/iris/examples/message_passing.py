@@ -27,7 +27,7 @@ import iris.mem.triton as imt
 from iris.mem.gluon import Context as GluonContext
 from iris.mem.triton import Context
 
-from . import environment, tables, timing, validation
+from . import environment, tables, timing, trace, validation
 from .options import DTYPES, dtype_type, positive_int
 from .units import format_bytes, size_type
 
@@ -44,30 +44,49 @@ BACKENDS = ("triton", "gluon")
 
 @imt.interpret()
 @triton.jit
-def produce_kernel(src, dst, flags, context_ptr, n, to_rank, BLOCK_ELEMS, TILE: tl.constexpr):
-    """Program b: put block b of the local ``src`` into ``to_rank``'s ``dst``, then release its flag there."""
+def produce_kernel(src, dst, flags, context_ptr, n, to_rank, BLOCK_ELEMS, PUT, SIGNAL, TILE: tl.constexpr,
+                   TRACE: tl.constexpr):  # fmt: skip
+    """Program b: put block b of the local ``src`` into ``to_rank``'s ``dst``, then release its flag there.
+
+    ``TRACE``: record the put (event ``PUT``: target rank, bytes) and the signal (an instant)."""
     ctx = Context.initialize(context_ptr)
+    tr = imt.Tracing.initialize(context_ptr, TRACE)
     block = tl.program_id(0)
     start = block.to(tl.int64) * BLOCK_ELEMS
+    nbytes = tl.minimum(BLOCK_ELEMS, n - start) * src.dtype.element_ty.primitive_bitwidth // 8
+    put = tr.record_start(PUT, to_rank, nbytes)
     for t in range(0, BLOCK_ELEMS, TILE):
         offs = start + t + tl.arange(0, TILE)
         ctx.put(src + offs, dst + offs, to_rank, mask=(offs < start + BLOCK_ELEMS) & (offs < n))
     tl.debug_barrier()  # every thread's stores before the signal
+    tr.record_end(put)
     ctx.atomic_add(flags + block, 1, to_rank, sem="release")
+    tr.record_instant(SIGNAL, to_rank, 4)
 
 
 @imt.interpret()
 @triton.jit
-def consume_kernel(buf, out, flags, context_ptr, n, epoch, BLOCK_ELEMS, TILE: tl.constexpr):
-    """Program b: wait (acquire) until block b's local flag reaches ``epoch``, then copy the block to ``out``."""
+def consume_kernel(buf, out, flags, context_ptr, n, epoch, BLOCK_ELEMS, WAIT, COPY, TILE: tl.constexpr,
+                   TRACE: tl.constexpr):  # fmt: skip
+    """Program b: wait (acquire) until block b's local flag reaches ``epoch``, then copy the block to ``out``.
+
+    ``TRACE``: record the wait (event ``WAIT``) and the copy (``COPY``: bytes)."""
     ctx = Context.initialize(context_ptr)
+    tr = imt.Tracing.initialize(context_ptr, TRACE)
     block = tl.program_id(0)
     start = block.to(tl.int64) * BLOCK_ELEMS
-    if ctx.wait(flags + block, epoch, cmp=">="):
+    waited = tr.record_start(WAIT, ctx.rank, 0)
+    arrived = ctx.wait(flags + block, epoch, cmp=">=")
+    tr.record_end(waited)
+    if arrived:
+        copy = tr.record_start(
+            COPY, ctx.rank, tl.minimum(BLOCK_ELEMS, n - start) * out.dtype.element_ty.primitive_bitwidth // 8
+        )
         for t in range(0, BLOCK_ELEMS, TILE):
             offs = start + t + tl.arange(0, TILE)
             mask = (offs < start + BLOCK_ELEMS) & (offs < n)
             tl.store(out + offs, tl.load(buf + offs, mask=mask), mask=mask)
+        tr.record_end(copy)
 
 
 # -- kernels: Gluon (the same, with explicit layouts) -----------------------------------------------
@@ -75,30 +94,43 @@ def consume_kernel(buf, out, flags, context_ptr, n, epoch, BLOCK_ELEMS, TILE: tl
 
 @img.interpret()
 @gluon.jit
-def gluon_produce_kernel(src, dst, flags, context_ptr, n, to_rank, BLOCK_ELEMS, TILE: gl.constexpr,
-                         LAYOUT: gl.constexpr):  # fmt: skip
+def gluon_produce_kernel(src, dst, flags, context_ptr, n, to_rank, BLOCK_ELEMS, PUT, SIGNAL, TILE: gl.constexpr,
+                         TRACE: gl.constexpr, LAYOUT: gl.constexpr):  # fmt: skip
     ctx = GluonContext.initialize(context_ptr)
+    tr = img.Tracing.initialize(context_ptr, TRACE)
     block = gl.program_id(0)
     start = block.to(gl.int64) * BLOCK_ELEMS
+    nbytes = gl.minimum(BLOCK_ELEMS, n - start) * src.dtype.element_ty.primitive_bitwidth // 8
+    put = tr.record_start(PUT, to_rank, nbytes)
     for t in range(0, BLOCK_ELEMS, TILE):
         offs = start + t + gl.arange(0, TILE, layout=LAYOUT)
         ctx.put(src + offs, dst + offs, to_rank, mask=(offs < start + BLOCK_ELEMS) & (offs < n))
     img.barrier()
+    tr.record_end(put)
     ctx.atomic_add(flags + block, 1, to_rank, sem="release")
+    tr.record_instant(SIGNAL, to_rank, 4)
 
 
 @img.interpret()
 @gluon.jit
-def gluon_consume_kernel(buf, out, flags, context_ptr, n, epoch, BLOCK_ELEMS, TILE: gl.constexpr,
-                         LAYOUT: gl.constexpr):  # fmt: skip
+def gluon_consume_kernel(buf, out, flags, context_ptr, n, epoch, BLOCK_ELEMS, WAIT, COPY, TILE: gl.constexpr,
+                         TRACE: gl.constexpr, LAYOUT: gl.constexpr):  # fmt: skip
     ctx = GluonContext.initialize(context_ptr)
+    tr = img.Tracing.initialize(context_ptr, TRACE)
     block = gl.program_id(0)
     start = block.to(gl.int64) * BLOCK_ELEMS
-    if ctx.wait(flags + block, epoch, ">="):
+    waited = tr.record_start(WAIT, ctx.rank, 0)
+    arrived = ctx.wait(flags + block, epoch, ">=")
+    tr.record_end(waited)
+    if arrived:
+        copy = tr.record_start(
+            COPY, ctx.rank, gl.minimum(BLOCK_ELEMS, n - start) * out.dtype.element_ty.primitive_bitwidth // 8
+        )
         for t in range(0, BLOCK_ELEMS, TILE):
             offs = start + t + gl.arange(0, TILE, layout=LAYOUT)
             mask = (offs < start + BLOCK_ELEMS) & (offs < n)
             gl.store(out + offs, gl.load(buf + offs, mask=mask), mask=mask)
+        tr.record_end(copy)
 
 
 # -- host -----------------------------------------------------------------------------------------
@@ -136,7 +168,7 @@ def rank_main(args: argparse.Namespace) -> dict:
     elem = args.dtype.itemsize
     block_elems = args.block_size // elem
     n = args.blocks * block_elems
-    heap = iris.heap.init(2 * n * elem + args.blocks * 4 + (1 << 20))
+    heap = iris.heap.init(2 * n * elem + args.blocks * 4 + (1 << 20) + trace.heap_bytes(args))
     try:
         rank, world_size, gpu = heap.rank, heap.world_size, heap.device.type == "cuda"
         to_rank, from_rank = (rank + 1) % world_size, (rank - 1) % world_size
@@ -152,31 +184,40 @@ def rank_main(args: argparse.Namespace) -> dict:
         else:
             produce, consume, extra = produce_kernel, consume_kernel, {}
         epoch = 0
+        with trace.session(heap, args) as tracing:  # --trace: recorded, exported on success
+            put, signal, wait, copy = (tracing.event(e) for e in ("remote store", "signal", "flag wait", "copy out"))
+            extra["TRACE"] = tracing.on
 
-        def one_round():
-            nonlocal epoch
-            epoch += 1
-            produce[grid](send, recv, flags, heap.context, n, to_rank, block_elems, TILE=tile, num_warps=warps, **extra)
-            consume[grid](recv, out, flags, heap.context, n, epoch, block_elems, TILE=tile, num_warps=warps, **extra)
+            def one_round():
+                nonlocal epoch
+                epoch += 1
+                produce[grid](send, recv, flags, heap.context, n, to_rank, block_elems, put, signal, TILE=tile,
+                              num_warps=warps, **extra)  # fmt: skip
+                consume[grid](recv, out, flags, heap.context, n, epoch, block_elems, wait, copy, TILE=tile,
+                              num_warps=warps, **extra)  # fmt: skip
 
-        heap.barrier()
-        one_round()
-        heap.barrier()  # raises WaitTimeoutError if a flag never came
-        expected = payload(from_rank, n, args.dtype)
-        mismatches = [validation.compare(out, expected, rank=rank, what=f"blocks received from rank {from_rank}")]
-        out.zero_()
-        seconds = timing.time_launches(one_round, reps=1, iters=args.iters, warmup=1, device=heap.device, queued=False)
-        heap.barrier()
-        mismatches.append(
-            validation.compare(out, expected, rank=rank, what=f"blocks received from rank {from_rank}, timed rounds")
-        )
-        row = {"rank": rank, "to_rank": to_rank, "from_rank": from_rank, "blocks": args.blocks,
-               "block_bytes": args.block_size, "bytes": n * elem, "dtype": str(args.dtype).removeprefix("torch."),
-               "backend": args.backend, "ranks": world_size, "time_us": seconds * 1e6,
-               "GBps": n * elem / seconds / 1e9}  # fmt: skip
-        mismatches = [m for m in mismatches if m is not None]
-        row["check"] = "ok" if not mismatches else "MISMATCH"
-        return {"row": row, "mismatches": mismatches, "gpu": gpu}
+            heap.barrier()
+            one_round()
+            heap.barrier()  # raises WaitTimeoutError if a flag never came
+            expected = payload(from_rank, n, args.dtype)
+            mismatches = [validation.compare(out, expected, rank=rank, what=f"blocks received from rank {from_rank}")]
+            out.zero_()
+            seconds = timing.time_launches(
+                one_round, reps=1, iters=args.iters, warmup=1, device=heap.device, queued=False
+            )
+            heap.barrier()
+            mismatches.append(
+                validation.compare(
+                    out, expected, rank=rank, what=f"blocks received from rank {from_rank}, timed rounds"
+                )
+            )
+            row = {"rank": rank, "to_rank": to_rank, "from_rank": from_rank, "blocks": args.blocks,
+                   "block_bytes": args.block_size, "bytes": n * elem, "dtype": str(args.dtype).removeprefix("torch."),
+                   "backend": args.backend, "ranks": world_size, "time_us": seconds * 1e6,
+                   "GBps": n * elem / seconds / 1e9}  # fmt: skip
+            mismatches = [m for m in mismatches if m is not None]
+            row["check"] = "ok" if not mismatches else "MISMATCH"
+            return {"row": row, "mismatches": mismatches, "gpu": gpu}
     finally:
         heap.close()
 

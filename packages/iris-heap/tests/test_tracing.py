@@ -17,7 +17,7 @@ import torch
 
 import iris.heap
 from iris.heap import context as abi
-from iris.heap.tracing import EVENTS, FIRST_USER_EVENT, RESERVATION, calibrate, chrome_trace, rank_path
+from iris.heap.tracing import EVENTS, FIRST_USER_EVENT, RESERVATION, buffer_bytes, calibrate, chrome_trace, rank_path
 
 HEAP_SIZE = 1 << 20
 
@@ -98,7 +98,7 @@ def test_tracing_is_off_until_enabled_no_buffer_no_events(heap, tmp_path):
 def test_enable_points_the_context_at_a_zeroed_buffer_and_disable_turns_it_off(heap):
     heap.tracing.enable(8)
     res = heap.reservations()[RESERVATION]
-    assert res.nbytes == 8 * (abi.TRACE_HEADER_WORDS + 8 * abi.TRACE_EVENT_WORDS)
+    assert res.nbytes == 8 * (abi.TRACE_HEADER_WORDS + 8 * abi.TRACE_EVENT_WORDS) == buffer_bytes(8)
     assert res.tensor.count_nonzero() == 0
     assert trace_words(heap) == (res.tensor.data_ptr(), 8)
     assert heap.tracing.enabled and heap.tracing.capacity == 8

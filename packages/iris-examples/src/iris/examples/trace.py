@@ -44,9 +44,9 @@ def heap_bytes(args: argparse.Namespace) -> int:
     the heap size an example asks for; 0 without ``--trace``."""
     if getattr(args, "trace", None) is None:
         return 0
-    from iris.heap import context as abi
+    from iris.heap.tracing import buffer_bytes
 
-    return 8 * (abi.TRACE_HEADER_WORDS + abi.TRACE_EVENT_WORDS * args.trace_events) + 4096  # + alignment
+    return buffer_bytes(args.trace_events) + 4096  # and the allocator's rounding, with room
 
 
 def path_for(path: str, world_size: int) -> str:

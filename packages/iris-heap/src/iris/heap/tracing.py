@@ -62,6 +62,7 @@ __all__ = [
     "RESERVATION",
     "ClockCalibration",
     "Tracing",
+    "buffer_bytes",
     "chrome_trace",
     "rank_path",
 ]
@@ -225,7 +226,7 @@ class Tracing:
             self._capacity = 0
         # reserve() gives zeros: untouched memory is zero on every rank already, reused memory
         # is zeroed here in stream order, before any kernel this rank launches afterwards.
-        heap.reserve(RESERVATION, 8 * (abi.TRACE_HEADER_WORDS + abi.TRACE_EVENT_WORDS * max_events))
+        heap.reserve(RESERVATION, buffer_bytes(max_events))
         self._capacity = max_events
         return True
 
@@ -384,6 +385,12 @@ class Tracing:
             "claimed": claimed,
             "events": rows,
         }
+
+
+def buffer_bytes(max_events: int) -> int:
+    """Bytes of heap that ``enable(max_events)`` reserves for the trace buffer (size a heap with
+    it: reservations come out of the same region as tensors, rounded up to the allocator's 256)."""
+    return 8 * (abi.TRACE_HEADER_WORDS + abi.TRACE_EVENT_WORDS * max_events)
 
 
 def _agree(heap, call: str, value, error: Exception | None, what: str, key=lambda v: v) -> list:

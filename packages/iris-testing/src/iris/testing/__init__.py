@@ -10,6 +10,14 @@ depends on it at run time.
 
 __version__ = "0.2.0"
 
+#: The ``heap.context`` layout this package's checks read (the trace buffer's words in
+#: ``iris.testing.mem.tracing``): an iris-heap with another layout fails here at import.
+CONTEXT_ABI_VERSION = 2
+
+from iris.heap import context as _context  # noqa: E402 - after the version it checks
+
+_context.check_version("iris-testing", __version__, CONTEXT_ABI_VERSION)
+
 #: The world sizes a multi-rank behaviour is tested at (1: a rank alone; 3: not a power of two).
 WORLD_SIZES = (1, 2, 3, 4)
 
@@ -17,7 +25,7 @@ WORLD_SIZES = (1, 2, 3, 4)
 #: fixture's world: compiling for both needs no GPU, and the two compile side by side.
 COMPILE_TARGETS = ("cuda", "hip")
 
-__all__ = ["COMPILE_TARGETS", "WORLD_SIZES", "gather"]
+__all__ = ["COMPILE_TARGETS", "CONTEXT_ABI_VERSION", "WORLD_SIZES", "gather"]
 
 
 def gather(obj, world_size):

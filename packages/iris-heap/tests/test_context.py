@@ -5,7 +5,7 @@ import time
 
 import pytest
 import torch
-from _ranks import new_heap
+from _ranks import new_heap, on_ranks
 
 import iris.heap
 from iris.heap import context as abi
@@ -154,23 +154,15 @@ def test_abi_version_is_two():
         iris.heap.context.check_version("iris.mem.test", "0", 1)
 
 
-@pytest.mark.parametrize("world_size", [1, 2, 3])
-def test_context_layout(world, world_size):
-    world.run(_layout, world_size)
-
-
-@pytest.mark.parametrize("world_size", [1, 2])
-def test_device_error_record_raises_on_the_host(world, world_size):
-    world.run(_error_record, world_size)
+test_context_layout = on_ranks(_layout, [1, 2, 3])
+test_device_error_record_raises_on_the_host = on_ranks(_error_record, [1, 2])
 
 
 def test_layers_translate_their_own_device_errors(world):
     world.run(_translators, 1)
 
 
-@pytest.mark.parametrize("world_size", [1, 2])
-def test_reservations_sit_outside_the_users_allocations(world, world_size):
-    world.run(_reserve, world_size)
+test_reservations_sit_outside_the_users_allocations = on_ranks(_reserve, [1, 2])
 
 
 def test_watchdog_finds_a_device_error_without_a_sync(world):

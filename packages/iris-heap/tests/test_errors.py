@@ -4,7 +4,7 @@ import time
 
 import pytest
 import torch
-from _ranks import new_heap
+from _ranks import new_heap, on_ranks
 
 import iris.heap
 from iris.heap import (
@@ -133,34 +133,12 @@ def _bad_init_arguments(rank, world_size):
             heap.wait_timeout = "60"
 
 
-@pytest.mark.parametrize("world_size", [1, 2])
-def test_bad_sizes_and_dtypes(world, world_size):
-    world.run(_bad_sizes_and_dtypes, world_size)
-
-
-@pytest.mark.parametrize("world_size", [1, 2])
-def test_tensors_not_on_the_heap_and_double_free(world, world_size):
-    world.run(_bad_tensors, world_size)
-
-
-@pytest.mark.parametrize("world_size", [1, 3])
-def test_ranks_out_of_range(world, world_size):
-    world.run(_bad_ranks, world_size)
-
-
-@pytest.mark.parametrize("world_size", [1, 2])
-def test_exhaustion_says_what_was_asked_and_what_is_left(world, world_size):
-    world.run(_exhaustion, world_size)
-
-
-@pytest.mark.parametrize("world_size", [1, 2])
-def test_use_after_close(world, world_size):
-    world.run(_use_after_close, world_size)
-
-
-@pytest.mark.parametrize("world_size", [1])
-def test_bad_init_arguments(world, world_size):
-    world.run(_bad_init_arguments, world_size)
+test_bad_sizes_and_dtypes = on_ranks(_bad_sizes_and_dtypes, [1, 2])
+test_tensors_not_on_the_heap_and_double_free = on_ranks(_bad_tensors, [1, 2])
+test_ranks_out_of_range = on_ranks(_bad_ranks, [1, 3])
+test_exhaustion_says_what_was_asked_and_what_is_left = on_ranks(_exhaustion, [1, 2])
+test_use_after_close = on_ranks(_use_after_close, [1, 2])
+test_bad_init_arguments = on_ranks(_bad_init_arguments, [1])
 
 
 # -- one rank's bad argument to init fails every rank at once --------------------------------------

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import _factories as F
 import pytest
 import torch
-from _ranks import new_heap
+from _ranks import new_heap, on_ranks
 from conftest import WORLD_SIZES
 
 from iris.heap import NotOnHeapError
@@ -97,19 +97,9 @@ def _dtypes_and_edge_shapes(rank, world_size):
         torch.set_default_dtype(default)
 
 
-@pytest.mark.parametrize("world_size", [1, 2])
-def test_factories_match_torch(world, world_size):
-    world.run(_values_and_dtypes, world_size)
-
-
-@pytest.mark.parametrize("world_size", [1, 2])
-def test_like_factories_and_as_symmetric(world, world_size):
-    world.run(_like_and_copies, world_size)
-
-
-@pytest.mark.parametrize("world_size", WORLD_SIZES[:1])
-def test_every_dtype_and_edge_shapes(world, world_size):
-    world.run(_dtypes_and_edge_shapes, world_size)
+test_factories_match_torch = on_ranks(_values_and_dtypes, [1, 2])
+test_like_factories_and_as_symmetric = on_ranks(_like_and_copies, [1, 2])
+test_every_dtype_and_edge_shapes = on_ranks(_dtypes_and_edge_shapes, WORLD_SIZES[:1])
 
 
 # -- every factory x memory format x keyword, against the same torch call -----------------------

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from _ranks import new_heap, sync
+from _ranks import new_heap, on_ranks, sync
 
 import iris.heap
 
@@ -25,9 +25,7 @@ def _cuda_ipc(rank, world_size):
         iris.heap.init(free * 2)
 
 
-@pytest.mark.parametrize("world_size", [1, 2, 4])
-def test_cuda_ipc_heap_shares_one_gpu(world, world_size):
-    world.run(_cuda_ipc, world_size)
+test_cuda_ipc_heap_shares_one_gpu = on_ranks(_cuda_ipc, [1, 2, 4])
 
 
 def _odd_size(rank, world_size):

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from _ranks import new_heap, sync
+from _ranks import new_heap, on_ranks, sync
 
 import iris.heap
 from iris.testing import WORLD_SIZES, gather
@@ -155,51 +155,13 @@ def _default_falls_back_to_the_newest_open_heap(rank, world_size):
         iris.heap.default_heap()
 
 
-@pytest.mark.parametrize("world_size", WORLD_SIZES)
-def test_offsets_are_symmetric(world, world_size):
-    world.run(_same_offsets, world_size)
-
-
-@pytest.mark.parametrize("world_size", WORLD_SIZES)
-def test_peer_views_write_into_neighbours(world, world_size):
-    world.run(_peer_views_write_neighbours, world_size)
-
-
-@pytest.mark.parametrize("world_size", [2, 4])
-def test_every_rank_reads_every_peer(world, world_size):
-    world.run(_every_rank_reads_every_peer, world_size)
-
-
-@pytest.mark.parametrize("world_size", [1, 2])
-def test_free_then_reuse(world, world_size):
-    world.run(_free_and_reuse, world_size)
-
-
-@pytest.mark.parametrize("world_size", [1, 3])
-def test_dropped_tensors_are_quarantined_until_collect(world, world_size):
-    world.run(_quarantine_then_collect, world_size)
-
-
-@pytest.mark.parametrize("world_size", [1, 2, 4])
-def test_collect_reclaims_only_blocks_dropped_everywhere(world, world_size):
-    world.run(_collect_waits_for_every_rank, world_size)
-
-
-@pytest.mark.parametrize("world_size", [2, 3])
-def test_check_symmetry_names_the_first_difference(world, world_size):
-    world.run(_asymmetry_is_detected, world_size)
-
-
-@pytest.mark.parametrize("world_size", [2])
-def test_ranks_must_agree_on_the_heap_size(world, world_size):
-    world.run(_mismatched_sizes_fail_on_every_rank, world_size)
-
-
-@pytest.mark.parametrize("world_size", [1, 2])
-def test_context_manager_closes_and_clears_default(world, world_size):
-    world.run(_context_manager_and_default, world_size)
-
-
-@pytest.mark.parametrize("world_size", [1, 2])
-def test_default_heap_falls_back_to_the_newest_open_heap(world, world_size):
-    world.run(_default_falls_back_to_the_newest_open_heap, world_size)
+test_offsets_are_symmetric = on_ranks(_same_offsets, WORLD_SIZES)
+test_peer_views_write_into_neighbours = on_ranks(_peer_views_write_neighbours, WORLD_SIZES)
+test_every_rank_reads_every_peer = on_ranks(_every_rank_reads_every_peer, [2, 4])
+test_free_then_reuse = on_ranks(_free_and_reuse, [1, 2])
+test_dropped_tensors_are_quarantined_until_collect = on_ranks(_quarantine_then_collect, [1, 3])
+test_collect_reclaims_only_blocks_dropped_everywhere = on_ranks(_collect_waits_for_every_rank, [1, 2, 4])
+test_check_symmetry_names_the_first_difference = on_ranks(_asymmetry_is_detected, [2, 3])
+test_ranks_must_agree_on_the_heap_size = on_ranks(_mismatched_sizes_fail_on_every_rank, [2])
+test_context_manager_closes_and_clears_default = on_ranks(_context_manager_and_default, [1, 2])
+test_default_heap_falls_back_to_the_newest_open_heap = on_ranks(_default_falls_back_to_the_newest_open_heap, [1, 2])

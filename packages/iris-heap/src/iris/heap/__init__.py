@@ -9,19 +9,11 @@
 
 from __future__ import annotations
 
-from . import context, log, testing, tracing
+from . import context, errors, log, testing, tracing
 from .allocator import ALIGNMENT
 from .context import CONTEXT_ABI_VERSION
 from .device_errors import DeviceError, Watchdog
-from .errors import (
-    AsymmetricHeapError,
-    DoubleFreeError,
-    HeapClosedError,
-    HeapError,
-    HeapExhaustedError,
-    NotOnHeapError,
-    WaitTimeoutError,
-)
+from .errors import *  # noqa: F403 (every error class is public: errors.__all__)
 from .heap import HeapStats, Reservation, SymmetricHeap, default_heap, init
 
 __version__ = "0.2.0"
@@ -29,17 +21,10 @@ __version__ = "0.2.0"
 __all__ = [
     "ALIGNMENT",
     "CONTEXT_ABI_VERSION",
-    "AsymmetricHeapError",
     "DeviceError",
-    "DoubleFreeError",
-    "HeapClosedError",
-    "HeapError",
-    "HeapExhaustedError",
     "HeapStats",
-    "NotOnHeapError",
     "Reservation",
     "SymmetricHeap",
-    "WaitTimeoutError",
     "Watchdog",
     "context",
     "default_heap",
@@ -48,3 +33,4 @@ __all__ = [
     "testing",
     "tracing",
 ]
+__all__ += errors.__all__

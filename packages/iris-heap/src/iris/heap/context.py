@@ -46,6 +46,8 @@ finds the extensions from ``world_size`` (entry ``WORLD_SIZE_INDEX``), never fro
 
 from __future__ import annotations
 
+from functools import partial
+
 __all__ = [
     "CONTEXT_ABI_VERSION",
     "RANK_INDEX",
@@ -190,28 +192,14 @@ def extension_index(world_size: int, ext: int) -> int:
     return BASES_INDEX + world_size + ext
 
 
-def wait_timeout_index(world_size: int) -> int:
-    return extension_index(world_size, EXT_WAIT_TIMEOUT_NS)
-
-
-def error_code_index(world_size: int) -> int:
-    return extension_index(world_size, EXT_ERROR_CODE)
-
-
-def error_record_index(world_size: int) -> int:
-    return extension_index(world_size, EXT_ERROR_RECORD)
-
-
-def status_index(world_size: int) -> int:
-    return extension_index(world_size, EXT_STATUS)
-
-
-def trace_buffer_index(world_size: int) -> int:
-    return extension_index(world_size, EXT_TRACE_BUFFER)
-
-
-def trace_capacity_index(world_size: int) -> int:
-    return extension_index(world_size, EXT_TRACE_CAPACITY)
+#: Where each extension sits for a world of ``world_size`` ranks: ``wait_timeout_index(world_size)``
+#: is ``extension_index(world_size, EXT_WAIT_TIMEOUT_NS)``, and so on.
+wait_timeout_index = partial(extension_index, ext=EXT_WAIT_TIMEOUT_NS)
+error_code_index = partial(extension_index, ext=EXT_ERROR_CODE)
+error_record_index = partial(extension_index, ext=EXT_ERROR_RECORD)
+status_index = partial(extension_index, ext=EXT_STATUS)
+trace_buffer_index = partial(extension_index, ext=EXT_TRACE_BUFFER)
+trace_capacity_index = partial(extension_index, ext=EXT_TRACE_CAPACITY)
 
 
 def context_length(world_size: int) -> int:

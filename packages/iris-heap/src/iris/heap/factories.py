@@ -521,21 +521,23 @@ class TensorFactories:
         return self._range("linspace", (start, end, steps), lambda **k: torch.linspace(start, end, steps, **k), kw)
 
     # -- random -----------------------------------------------------------------------------
+    def _random(self, name, args, size, generator, draw, kw: _Keywords, **sized) -> torch.Tensor:
+        """A random factory of ``size`` (torch's conventions): ``draw(t)`` fills ``t`` from ``generator``
+        as ``torch.<name>`` does; ``sized`` is ``_sized``'s ``infer`` and ``torch_name``."""
+        shape = normalize_size(size)
+        return self._sized(name, args, shape, self._drawn(name, generator, draw), kw, **sized)
+
     def rand(self, *size, generator=None, out=None, dtype=None, layout=torch.strided, device=None,
              requires_grad=False, pin_memory=False, memory_format=torch.contiguous_format) -> torch.Tensor:  # fmt: skip
         """``torch.rand`` on the heap."""
-        shape = normalize_size(size)
         kw = _Keywords(out, dtype, layout, device, requires_grad, pin_memory, memory_format)
-        write = self._drawn("rand", generator, lambda t: t.uniform_(0, 1, generator=generator))
-        return self._sized("rand", size, shape, write, kw)
+        return self._random("rand", size, size, generator, lambda t: t.uniform_(0, 1, generator=generator), kw)
 
     def randn(self, *size, generator=None, out=None, dtype=None, layout=torch.strided, device=None,
               requires_grad=False, pin_memory=False, memory_format=torch.contiguous_format) -> torch.Tensor:  # fmt: skip
         """``torch.randn`` on the heap."""
-        shape = normalize_size(size)
         kw = _Keywords(out, dtype, layout, device, requires_grad, pin_memory, memory_format)
-        write = self._drawn("randn", generator, lambda t: t.normal_(0, 1, generator=generator))
-        return self._sized("randn", size, shape, write, kw)
+        return self._random("randn", size, size, generator, lambda t: t.normal_(0, 1, generator=generator), kw)
 
     def randint(self, low=0, high=None, size=None, *, generator=None, out=None, dtype=None, layout=torch.strided,
                 device=None, requires_grad=False, pin_memory=False,
@@ -547,19 +549,17 @@ class TensorFactories:
             low, high, size = 0, low, high
         elif high is None:  # torch.randint(high, size=...)
             low, high = 0, low
-        shape = normalize_size((size,))
         kw = _Keywords(out, dtype, layout, device, requires_grad, pin_memory, memory_format)
-        write = self._drawn("randint", generator, lambda t: t.random_(low, high, generator=generator))
-        return self._sized("randint", (low, high, size), shape, write, kw, infer=lambda call: torch.int64)
+        draw = lambda t: t.random_(low, high, generator=generator)  # noqa: E731
+        return self._random("randint", (low, high, size), (size,), generator, draw, kw, infer=lambda call: torch.int64)
 
     def uniform(self, size, low=0.0, high=1.0, *, generator=None, out=None, dtype=None, layout=torch.strided,
                 device=None, requires_grad=False, pin_memory=False,
                 memory_format=torch.contiguous_format) -> torch.Tensor:  # fmt: skip
         """``torch.empty(size, ...).uniform_(low, high, generator=generator)`` on the heap."""
-        shape = normalize_size((size,))
         kw = _Keywords(out, dtype, layout, device, requires_grad, pin_memory, memory_format)
-        write = self._drawn("uniform", generator, lambda t: t.uniform_(low, high, generator=generator))
-        return self._sized("uniform", (size, low, high), shape, write, kw, torch_name="Tensor.uniform_")
+        draw = lambda t: t.uniform_(low, high, generator=generator)  # noqa: E731
+        return self._random("uniform", (size, low, high), (size,), generator, draw, kw, torch_name="Tensor.uniform_")
 
     # -- like ----------------------------------------------------------------------------------
     def _like(self, name: str, t, args: tuple, torch_name: str, write, kw: _Keywords) -> torch.Tensor:

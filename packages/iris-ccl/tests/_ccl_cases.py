@@ -348,7 +348,7 @@ def direct_launch(rank, world_size, backend):
     """GPU: after the first call of a shape, kernels launch without the JIT (``iris.ccl._launch``);
     a tensor whose address is not 16-byte aligned gets a kernel of its own (Triton specializes on
     alignment), and the results equal torch's and the JIT path's."""
-    from iris.ccl import _launch, collectives
+    from iris.ccl import _launch, call
 
     heap = iris.heap.init(1 << 24)
     w, dev = world_size, heap.device
@@ -364,20 +364,20 @@ def direct_launch(rank, world_size, backend):
             out.fill_(float("nan"))
             ccl.reduce_scatter(out, inp, config=cfg)
             _check(out, want, f"reduce_scatter into a {name} out")
-    kernel = collectives._kernels(backend).reduce_kernel
+    kernel = call.kernels(backend).reduce_kernel
     assert kernel not in _launch._unsupported, "the direct launch turned itself off"
     keys = [k for k in _launch._compiled if k[0] is kernel]
     assert len(keys) >= 2, f"expected a cached kernel per alignment, got {len(keys)}"
     x = heap.as_symmetric(make(rank, (4099,), torch.bfloat16, 5))
     results = []
     for direct in (True, False):
-        collectives.DIRECT_LAUNCH = direct
+        _launch.DIRECT_LAUNCH = direct
         y = heap.as_symmetric(x)
         for _ in range(5):
             ccl.all_reduce(y, op="avg", config=ccl.Config(backend=backend))
         ccl.barrier()
         results.append(y.cpu())
-    collectives.DIRECT_LAUNCH = True
+    _launch.DIRECT_LAUNCH = True
     assert torch.equal(results[0], results[1]), "direct and JIT launches disagree"
     return True
 
@@ -386,7 +386,7 @@ def relaunch(rank, world_size, backend):
     """The epoch is read from the device, not passed in: launching a collective's kernel again
     with the very same arguments (what a CUDA graph's replay does) synchronizes as a new
     collective, and the host's collectives afterwards still pair up."""
-    from iris.ccl import collectives, protocol
+    from iris.ccl import call, protocol
     from iris.ccl.workspace import workspace_of
 
     heap = iris.heap.init(1 << 20)
@@ -397,11 +397,11 @@ def relaunch(rank, world_size, backend):
     ccl.all_reduce(x, config=cfg)
     ccl.barrier(config=cfg)
     before = ws.completed()
-    K = collectives._kernels(backend)
+    K = call.kernels(backend)
     chunk = -(-x.numel() // w)
     flags = ws.flags
     code = protocol.describe("all_reduce", variant="two_shot", op="sum", dtype=x.dtype, on_heap=(True,))
-    args = (heap.context, ws.sync, code, x.numel(), heap.offset(x), -1, x, x, x.numel(), chunk)
+    args = (heap.context, ws.sync, code, x.numel(), heap.offset(x), -1, x, x, x.numel(), rank * chunk, chunk)
     consts = dict(PUSH=True, DST_CHUNKED=True, W=w, OP=0, ACC_F32=False, IS_FLOAT=True, FLAGS=flags, BLOCK=BLOCK)
     for i in range(3):  # the two_shot all_reduce's launch, three times with identical arguments
         x.fill_(float(rank + i))

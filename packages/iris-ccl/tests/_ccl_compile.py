@@ -43,47 +43,19 @@ def cases(K):
         ("i32", 2, False, False),
     ]:
         flags = {"W": 4, "OP": op, "ACC_F32": acc, "IS_FLOAT": is_float, "FLAGS": 4, "BLOCK": 4096}
-        sig = {**_HEAD, "src": f"*{dt}", "dst": f"*{dt}", "N": "i32"}
-        out.append((f"one_shot {dt} op{op}", K.one_shot_kernel, {**sig, **_REDUCE_FLAGS}, flags))
-        for push, chunked in [(True, True), (False, True), (False, False)]:
+        sig = {**_HEAD, "src": f"*{dt}", "dst": f"*{dt}", "N": "i32", "start": "i32", "chunk": "i32"}
+        # one_shot (every element, local dst), two_shot (pushed), rs_ag's first half, reduce_scatter
+        for push, chunked in [(False, True), (True, True), (False, False)]:
             out.append((f"reduce {dt} op{op} push={push} chunked={chunked}", K.reduce_kernel,
-                        {**sig, "chunk": "i32", "PUSH": "constexpr", "DST_CHUNKED": "constexpr", **_REDUCE_FLAGS},
+                        {**sig, "PUSH": "constexpr", "DST_CHUNKED": "constexpr", **_REDUCE_FLAGS},
                         {"PUSH": push, "DST_CHUNKED": chunked, **flags}))  # fmt: skip
     for dt in ("u8", "i16", "i32", "i64"):
-        ints = {k: "i32" for k in "n total src_stride src_offset dst_stride first".split()}
-        out.append(
-            (
-                f"gather {dt}",
-                K.gather_kernel,
-                {
-                    **_HEAD,
-                    "src": f"*{dt}",
-                    "dst": f"*{dt}",
-                    **ints,
-                    "COUNT": "constexpr",
-                    "FLAGS": "constexpr",
-                    "BLOCK": "constexpr",
-                },
-                {"COUNT": 4, "FLAGS": 4, "BLOCK": 4096},
-            )
-        )
-        out.append(
-            (
-                f"push {dt}",
-                K.push_kernel,
-                {
-                    **_HEAD,
-                    "src": f"*{dt}",
-                    "dst": f"*{dt}",
-                    "n": "i32",
-                    "dst_offset": "i32",
-                    "W": "constexpr",
-                    "FLAGS": "constexpr",
-                    "BLOCK": "constexpr",
-                },
-                {"W": 4, "FLAGS": 4, "BLOCK": 4096},
-            )
-        )
+        ints = {k: "i32" for k in "piece dst_numel src_stride src_offset dst_stride first_rank".split()}
+        tail = {"FLAGS": "constexpr", "BLOCK": "constexpr"}
+        out.append((f"gather {dt}", K.gather_kernel, {**_HEAD, "src": f"*{dt}", "dst": f"*{dt}", **ints,
+                    "RANKS": "constexpr", **tail}, {"RANKS": 4, "FLAGS": 4, "BLOCK": 4096}))  # fmt: skip
+        out.append((f"push {dt}", K.push_kernel, {**_HEAD, "src": f"*{dt}", "dst": f"*{dt}", "n": "i32",
+                    "dst_offset": "i32", "W": "constexpr", **tail}, {"W": 4, "FLAGS": 4, "BLOCK": 4096}))  # fmt: skip
     return out
 
 

@@ -30,7 +30,7 @@ from _ccl_cases import ops_for, reference_reduce  # torch.distributed's semantic
 
 import iris.ccl as ccl
 import iris.heap
-from iris.ccl import collectives
+from iris.ccl import call
 
 HEAP_SIZE = 1 << 22
 BLOCK = 64
@@ -355,7 +355,7 @@ def slow_between_publish_and_wait(rank, world_size, backend, odd_call: str):
     heap.wait_timeout = QUIET
     c = cfg(backend, blocking=True, variant="two_shot")
     ccl.barrier(config=c)
-    kernels = collectives._kernels(backend)
+    kernels = call.kernels(backend)
     odd = rank == world_size - 1
     mem = Guarded(heap)
     x = mem.heap_tensor(sample((100 if odd else 64,), torch.float32, 5, rank), "the tensor")
@@ -499,7 +499,7 @@ def argument_error(rank, world_size, backend, timeout: float):
 def failure_inside_kernel(rank, world_size, backend, timeout: float):
     """The last rank's second call fails inside its kernel, after every rank arrived and agreed
     (the reduction raises under the interpreter). Returns None where the kernels are compiled."""
-    kernels = collectives._kernels(backend)
+    kernels = call.kernels(backend)
     real, fired = kernels._reduce_tile, []
 
     def boom(*args, **kwargs):

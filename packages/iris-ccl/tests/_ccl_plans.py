@@ -1,5 +1,5 @@
 """Rank-side bodies of the plan tests (``test_ccl_plans.py``): repeated calls launch the plan the
-first call recorded (``iris.ccl.collectives._Plan``), and nothing a plan skips may change what a
+first call recorded (``iris.ccl.plans.Plan``), and nothing a plan skips may change what a
 call does. Memory is guarded as in the fault suite (``_ccl_faults.Guarded``)."""
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from _ccl_faults import HEAP_SIZE, QUIET, Guarded, cfg, raised, same, sample, se
 
 import iris.ccl as ccl
 import iris.heap
-from iris.ccl import collectives
+from iris.ccl.workspace import workspace_of
 
 ROWS = 6  # rows per rank (dim 0 of every input is a multiple of the world size)
 
 
 def plans_of(heap) -> int:
-    return len(collectives.workspace_of(heap).plans)
+    return len(workspace_of(heap).plans)
 
 
 def _calls(mem: Guarded, rank: int, w: int, backend):

@@ -1,4 +1,4 @@
-"""Plans (``iris.ccl.collectives._Plan``): a call repeated with the same arguments launches what the
+"""Plans (``iris.ccl.plans.Plan``): a call repeated with the same arguments launches what the
 first call recorded, without its checks and bookkeeping (the host time of a small collective).
 Nothing a plan skips may change a result, an error or the memory a call touches."""
 

@@ -23,7 +23,9 @@ from iris.heap import context as abi
 from iris.mem.gluon import Context
 from iris.mem.gluon import ops as mops
 
-__all__ = ["barrier_kernel", "one_shot_kernel", "reduce_kernel", "gather_kernel", "push_kernel"]
+from . import _internals, protocol
+
+__all__ = ["barrier_kernel", "reduce_kernel", "gather_kernel", "push_kernel"]
 
 #: Bytes one thread moves per vector access (as ``iris.mem.gluon.blocked_layout``).
 _VECTOR_BYTES = 16
@@ -31,31 +33,25 @@ _TIMEOUT = gl.constexpr(abi.ERROR_COLLECTIVE_TIMEOUT)
 _MISMATCH = gl.constexpr(abi.ERROR_COLLECTIVE_MISMATCH)
 _ABANDONED = gl.constexpr(abi.ERROR_COLLECTIVE_ABANDONED)
 _NEVER = gl.constexpr(-(2**62))  # a value no flag ever holds: a CAS expecting it changes nothing
-DESC_WORDS = gl.constexpr(4)  # code, numel, offset a, offset b (iris.ccl.protocol)
+DESC_WORDS = gl.constexpr(protocol.DESC_WORDS)  # code, numel, offset a, offset b
+_MAX = gl.constexpr(protocol.REDUCE_OPS["max"])  # the OP constexpr's codes; anything else sums
+_MIN = gl.constexpr(protocol.REDUCE_OPS["min"])
+_AVG = gl.constexpr(protocol.REDUCE_OPS["avg"])
 
 
-def _value(x):
-    return getattr(x, "value", x)
-
-
-def _tile_layout(block, num_warps, dtype, _semantic=None):
+@_internals.target_builtin
+def _tile_layout(block, num_warps, dtype, warp_size):
     """The 1-D layout of a ``block``-element tile of ``dtype`` over ``num_warps`` warps.
 
-    Compiled: the target's warp size (the compile options'). On CPU ranks (called as Python, no
-    ``_semantic``) layouts are dropped, so any valid one serves.
+    Compiled: the compile target's warp size. On CPU ranks (``warp_size`` None) layouts are
+    dropped, so any valid one serves.
     """
-    block, num_warps, dtype = _value(block), _value(num_warps), _value(dtype)
-    compiled = _semantic is not None
-    threads = int(_semantic.builder.options.warp_size) if compiled else img.warp_size()
+    threads = warp_size if warp_size is not None else img.warp_size()
     size = max(1, dtype.primitive_bitwidth // 8)
     per_thread = max(1, min(_VECTOR_BYTES // size, block // (threads * num_warps)))
-    layout = gl.BlockedLayout(
+    return gl.BlockedLayout(
         size_per_thread=[per_thread], threads_per_warp=[threads], warps_per_cta=[num_warps], order=[0]
     )
-    return gl.constexpr(layout) if compiled else layout
-
-
-_tile_layout.__triton_builtin__ = True  # called with the code generator's _semantic when compiled
 
 
 # -- the sync block (iris.ccl.workspace) and the protocol (iris.ccl.protocol), as in _triton_kernels --
@@ -300,12 +296,12 @@ def _leave(ctx, sync, epoch, FLAGS: gl.constexpr):
 
 @gluon.jit
 def _combine(acc, v, OP: gl.constexpr, IS_FLOAT: gl.constexpr):
-    if OP == 1:
+    if OP == _MAX:
         if IS_FLOAT:
             acc = gl.maximum(acc, v, propagate_nan=tl.PropagateNan.ALL)
         else:
             acc = gl.maximum(acc, v)
-    elif OP == 2:
+    elif OP == _MIN:
         if IS_FLOAT:
             acc = gl.minimum(acc, v, propagate_nan=tl.PropagateNan.ALL)
         else:
@@ -330,7 +326,7 @@ def _reduce_tile(ctx, src, mask, W: gl.constexpr, OP: gl.constexpr, ACC_F32: gl.
         if ACC_F32:
             v = v.to(gl.float32)
         acc = _combine(acc, v, OP, IS_FLOAT)
-    if OP == 3:
+    if OP == _AVG:
         if acc.dtype == gl.float64:
             acc = acc / ctx.world_size.to(gl.float64)  # fp64 division is IEEE-rounded already
         else:
@@ -367,60 +363,31 @@ def barrier_kernel(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS: gl.const
 
 @img.interpret()
 @gluon.jit(do_not_specialize=_DESC)
-def one_shot_kernel(
-    context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, src, dst, N,
-    W: gl.constexpr, OP: gl.constexpr, ACC_F32: gl.constexpr, IS_FLOAT: gl.constexpr, FLAGS: gl.constexpr, BLOCK: gl.constexpr,
-):  # fmt: skip
-    """dst (local) = op over ranks of src (every rank's staged copy of its input)."""
-    ctx = Context.initialize(context_ptr)
-    L: gl.constexpr = _tile_layout(BLOCK, gl.num_warps(), src.dtype.element_ty)
-    epoch, go = _enter(ctx, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS)
-    if go:
-        t = gl.program_id(0)
-        while t < gl.cdiv(N, BLOCK):
-            offs = t * BLOCK + gl.arange(0, BLOCK, layout=L)
-            mask = offs < N
-            acc = _reduce_tile(ctx, src + offs, mask, W, OP, ACC_F32, IS_FLOAT)
-            gl.store(dst + offs, _cast_out(acc, dst.dtype.element_ty), mask=mask)
-            t += gl.num_programs(0)
-    _leave(ctx, sync, epoch, FLAGS)
-
-
-@img.interpret()
-@gluon.jit(do_not_specialize=_DESC)
 def reduce_kernel(
-    context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, src, dst, N, chunk,
+    context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, src, dst, N, start, chunk,
     PUSH: gl.constexpr, DST_CHUNKED: gl.constexpr,
     W: gl.constexpr, OP: gl.constexpr, ACC_F32: gl.constexpr, IS_FLOAT: gl.constexpr, FLAGS: gl.constexpr, BLOCK: gl.constexpr,
 ):  # fmt: skip
-    """Reduce chunk ``rank`` (elements [rank*chunk, min((rank+1)*chunk, N))) of src over ranks.
-
-    The result goes to ``dst`` at the chunk's offset (``DST_CHUNKED``) or at 0; into every rank's
-    copy of dst (``PUSH``: the two-shot all_reduce, where src and dst are the same tensor and no
-    one but this rank touches this chunk) or only the local one (reduce_scatter).
-    """
+    """Reduce elements [start, min(start + chunk, N)) of src over ranks (see _triton_kernels)."""
     ctx = Context.initialize(context_ptr)
     L: gl.constexpr = _tile_layout(BLOCK, gl.num_warps(), src.dtype.element_ty)
     epoch, go = _enter(ctx, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS)
-    if go:
-        start = ctx.rank * chunk
-        t = gl.program_id(0)
-        while t < gl.cdiv(chunk, BLOCK):
-            local = t * BLOCK + gl.arange(0, BLOCK, layout=L)
-            offs = start + local
-            mask = (local < chunk) & (offs < N)
-            acc = _reduce_tile(ctx, src + offs, mask, W, OP, ACC_F32, IS_FLOAT)
-            out = _cast_out(acc, dst.dtype.element_ty)
-            if DST_CHUNKED:
-                where = dst + offs
-            else:
-                where = dst + local
-            if PUSH:
-                for j in gl.static_range(W):
-                    ctx.store(where, out, (ctx.rank + j) % W, mask=mask)
-            else:
-                gl.store(where, out, mask=mask)
-            t += gl.num_programs(0)
+    t = gl.program_id(0)
+    while go & (t < gl.cdiv(chunk, BLOCK)):
+        local = t * BLOCK + gl.arange(0, BLOCK, layout=L)
+        offs = start + local
+        mask = (local < chunk) & (offs < N)
+        out = _cast_out(_reduce_tile(ctx, src + offs, mask, W, OP, ACC_F32, IS_FLOAT), dst.dtype.element_ty)
+        if DST_CHUNKED:
+            where = dst + offs
+        else:
+            where = dst + local
+        if PUSH:
+            for j in gl.static_range(W):
+                ctx.store(where, out, (ctx.rank + j) % W, mask=mask)
+        else:
+            gl.store(where, out, mask=mask)
+        t += gl.num_programs(0)
     _leave(ctx, sync, epoch, FLAGS)
 
 
@@ -428,25 +395,24 @@ def reduce_kernel(
 @gluon.jit(do_not_specialize=_DESC)
 def gather_kernel(
     context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, src, dst,
-    n, total, src_stride, src_offset, dst_stride, first, COUNT: gl.constexpr, FLAGS: gl.constexpr, BLOCK: gl.constexpr,
+    piece, dst_numel, src_stride, src_offset, dst_stride, first_rank,
+    RANKS: gl.constexpr, FLAGS: gl.constexpr, BLOCK: gl.constexpr,
 ):  # fmt: skip
-    """For ranks r = first, first+1, ... (COUNT of them, mod W; unrolled, so their loads overlap):
-    dst[r*dst_stride + i] = rank r's src[r*src_stride + src_offset + i], for i < n and
-    r*dst_stride + i < total (all_gather, all_to_all, broadcast and the all-gather half of rs_ag).
-    """
+    """For ranks r = first_rank, first_rank + 1, ... (RANKS of them, mod W): dst[r * dst_stride + i]
+    = rank r's src[r * src_stride + src_offset + i], for i < piece and r * dst_stride + i < dst_numel
+    (see _triton_kernels)."""
     ctx = Context.initialize(context_ptr)
     L: gl.constexpr = _tile_layout(BLOCK, gl.num_warps(), src.dtype.element_ty)
     epoch, go = _enter(ctx, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS)
-    if go:
-        t = gl.program_id(0)
-        while t < gl.cdiv(n, BLOCK):
-            offs = t * BLOCK + gl.arange(0, BLOCK, layout=L)
-            for j in gl.static_range(COUNT):
-                r = (first + j) % ctx.world_size
-                mask = (offs < n) & (r * dst_stride + offs < total)
-                v = ctx.load(src + r * src_stride + src_offset + offs, r, mask=mask)
-                gl.store(dst + r * dst_stride + offs, v, mask=mask)
-            t += gl.num_programs(0)
+    t = gl.program_id(0)
+    while go & (t < gl.cdiv(piece, BLOCK)):
+        offs = t * BLOCK + gl.arange(0, BLOCK, layout=L)
+        for j in gl.static_range(RANKS):
+            r = (first_rank + j) % ctx.world_size
+            mask = (offs < piece) & (r * dst_stride + offs < dst_numel)
+            v = ctx.load(src + r * src_stride + src_offset + offs, r, mask=mask)
+            gl.store(dst + r * dst_stride + offs, v, mask=mask)
+        t += gl.num_programs(0)
     _leave(ctx, sync, epoch, FLAGS)
 
 
@@ -461,13 +427,12 @@ def push_kernel(
     ctx = Context.initialize(context_ptr)
     L: gl.constexpr = _tile_layout(BLOCK, gl.num_warps(), src.dtype.element_ty)
     epoch, go = _enter(ctx, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS)
-    if go:
-        t = gl.program_id(0)
-        while t < gl.cdiv(n, BLOCK):
-            offs = t * BLOCK + gl.arange(0, BLOCK, layout=L)
-            mask = offs < n
-            v = gl.load(src + offs, mask=mask)
-            for j in gl.static_range(W):
-                ctx.store(dst + dst_offset + offs, v, (ctx.rank + j) % W, mask=mask)
-            t += gl.num_programs(0)
+    t = gl.program_id(0)
+    while go & (t < gl.cdiv(n, BLOCK)):
+        offs = t * BLOCK + gl.arange(0, BLOCK, layout=L)
+        mask = offs < n
+        v = gl.load(src + offs, mask=mask)
+        for j in gl.static_range(W):
+            ctx.store(dst + dst_offset + offs, v, (ctx.rank + j) % W, mask=mask)
+        t += gl.num_programs(0)
     _leave(ctx, sync, epoch, FLAGS)

@@ -23,18 +23,45 @@ queries to the driver, no launch hooks while none are installed).
 
 from __future__ import annotations
 
+import os
+
 import torch
 
-try:
-    from triton import knobs as _knobs
-except ImportError:  # a Triton without knobs: its hooks cannot be checked (hooks_idle says False)
-    _knobs = None
+from . import _internals
 
-__all__ = ["launch", "bind", "Bound", "hooks_idle", "stream"]
+__all__ = ["DIRECT_LAUNCH", "positional", "launch", "bind", "Bound", "hooks_idle", "stream"]
+
+#: Launch compiled kernels directly after the first call of each argument shape: the JIT's own
+#: dispatch costs the host more than a small collective takes on the GPU. Set the environment
+#: variable ``IRIS_CCL_DIRECT_LAUNCH=0`` to launch every call through the JIT (read at each launch,
+#: so a test may switch it).
+DIRECT_LAUNCH = os.environ.get("IRIS_CCL_DIRECT_LAUNCH", "1") != "0"
 
 _compiled: dict = {}  # shape key -> (compiled kernel, constexpr values in signature order)
+_parameters: dict = {}  # kernel -> _internals.parameters(kernel)
 _unsupported: set = set()  # kernels that always take the JIT path
 _INT32 = range(-(2**31), 2**31)
+
+
+def positional(kernel, arguments: dict) -> tuple[tuple, dict]:
+    """``arguments`` (by name) as ``kernel`` takes them: its runtime arguments in signature order,
+    and its constexprs. ``TypeError`` naming any argument it lacks or does not know."""
+    params = _parameters.get(kernel)
+    if params is None:
+        params = _parameters[kernel] = _internals.parameters(kernel)
+    args, constexprs = [], {}
+    for name, constexpr, default in params:
+        if name in arguments:
+            if constexpr:
+                constexprs[name] = arguments[name]
+            else:
+                args.append(arguments[name])
+        elif not constexpr or default is _internals.NO_DEFAULT:
+            raise TypeError(f"{kernel.__name__}: no value for its parameter {name!r}")
+    if len(args) + len(constexprs) != len(arguments):
+        unknown = sorted(set(arguments) - {name for name, _, _ in params})
+        raise TypeError(f"{kernel.__name__} has no parameter {', '.join(map(repr, unknown))}")
+    return tuple(args), constexprs
 
 
 def _shape(args: tuple) -> tuple:
@@ -55,37 +82,33 @@ def _shape(args: tuple) -> tuple:
 def _constexpr_tail(kernel, nargs: int, constexprs: dict):
     """The constexpr values after the ``nargs`` positional arguments, in signature order; None
     when the signature is not (positional arguments, then only constexprs)."""
-    params = getattr(kernel, "params", None)
-    if params is None or len(params) < nargs or any(p.is_constexpr for p in params[:nargs]):
+    try:
+        params = _internals.parameters(kernel)
+    except TypeError:
+        return None
+    if len(params) < nargs or any(constexpr for _, constexpr, _ in params[:nargs]):
         return None
     tail = []
-    for p in params[nargs:]:
-        if not p.is_constexpr:
+    for name, constexpr, default in params[nargs:]:
+        if not constexpr:
             return None
-        if p.name in constexprs:
-            tail.append(constexprs[p.name])
-        elif getattr(p, "has_default", False):
-            tail.append(p.default)
+        if name in constexprs:
+            tail.append(constexprs[name])
+        elif default is not _internals.NO_DEFAULT:
+            tail.append(default)
         else:
             return None
     return tuple(tail)
 
 
-_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what Triton's own launch asks torch
-
-
-def stream(device_index: int) -> int:
-    """The raw handle of ``device_index``'s current stream (what Triton's own launch passes)."""
-    if _raw_stream is not None:
-        return _raw_stream(device_index)
-    return torch.cuda.current_stream(device_index).cuda_stream
+stream = _internals.raw_stream  # the raw handle of a device's current stream (what Triton's own launch passes)
 
 
 def launch(kernel, grid: tuple[int, ...], args: tuple, constexprs: dict, num_warps: int) -> None:
     """``kernel[grid](*args, num_warps=num_warps, **constexprs)`` on the current CUDA device."""
     if kernel not in _unsupported:
         try:
-            device = torch.cuda.current_device()
+            device = _internals.current_device()
             key = (kernel, grid, device, num_warps, tuple(constexprs.items()), _shape(args))
         except TypeError:  # an argument (or constexpr) the shortcut does not know how to key
             key = None
@@ -94,14 +117,14 @@ def launch(kernel, grid: tuple[int, ...], args: tuple, constexprs: dict, num_war
             if hit is not None:
                 compiled, tail = hit
                 try:
-                    compiled[(*grid, 1, 1)[:3]](*args, *tail, stream=stream(device))
+                    _internals.run_compiled(compiled, (*grid, 1, 1)[:3], (*args, *tail), stream(device))
                     return
                 except TypeError:  # this Triton's compiled kernels take their arguments differently
                     _unsupported.add(kernel)
                     _compiled.pop(key, None)
             compiled = kernel[grid](*args, num_warps=num_warps, **constexprs)
             tail = _constexpr_tail(kernel, len(args), constexprs)
-            if tail is None or not hasattr(compiled, "__getitem__"):
+            if tail is None or compiled is None:
                 _unsupported.add(kernel)
             else:
                 _compiled[key] = (compiled, tail)
@@ -112,18 +135,17 @@ def launch(kernel, grid: tuple[int, ...], args: tuple, constexprs: dict, num_war
 class Bound:
     """One launch with every argument fixed: ``bound(stream)`` queues it on ``stream`` (a raw CUDA stream).
 
-    Calls the compiled kernel's launcher the way ``CompiledKernel.__getitem__``'s runner does
-    (Triton 3.6 .. 3.9), without launch metadata or hooks: use it only while ``hooks_idle()``.
+    Calls the compiled kernel's launcher without launch metadata or hooks
+    (``_internals.bare_launcher``): use it only while ``hooks_idle()``.
     """
 
-    __slots__ = ("compiled", "grid", "args")
+    __slots__ = ("launcher", "grid", "args")
 
-    def __init__(self, compiled, grid: tuple[int, int, int], args: tuple):
-        self.compiled, self.grid, self.args = compiled, grid, args
+    def __init__(self, launcher, grid: tuple[int, int, int], args: tuple):
+        self.launcher, self.grid, self.args = launcher, grid, args
 
     def __call__(self, stream: int) -> None:
-        c, (x, y, z) = self.compiled, self.grid
-        c.run(x, y, z, stream, c.function, c.packed_metadata, None, None, None, *self.args)
+        self.launcher(self.grid, stream, self.args)
 
 
 def bind(kernel, grid: tuple[int, ...], args: tuple, constexprs: dict, num_warps: int) -> Bound | None:
@@ -131,25 +153,20 @@ def bind(kernel, grid: tuple[int, ...], args: tuple, constexprs: dict, num_warps
     it did not go through a compiled kernel (the JIT path) or this Triton's kernels lack what
     ``Bound`` calls."""
     try:
-        key = (kernel, grid, torch.cuda.current_device(), num_warps, tuple(constexprs.items()), _shape(args))
+        key = (kernel, grid, _internals.current_device(), num_warps, tuple(constexprs.items()), _shape(args))
     except TypeError:
         return None
     hit = _compiled.get(key)
     if hit is None:
         return None
     compiled, tail = hit
-    if not all(hasattr(compiled, a) for a in ("run", "function", "packed_metadata")) or compiled.function is None:
+    launcher = _internals.bare_launcher(compiled)
+    if launcher is None:
         return None
     fixed = tuple(a.data_ptr() if isinstance(a, torch.Tensor) else a for a in args)
-    return Bound(compiled, (*grid, 1, 1)[:3], (*fixed, *tail))
+    return Bound(launcher, (*grid, 1, 1)[:3], (*fixed, *tail))
 
 
-def hooks_idle() -> bool:
-    """Whether no launch hook is installed (a profiler such as proton installs them): ``Bound``
-    skips the hooks, so callers take the full launch path while any is there."""
-    if _knobs is None:
-        return False
-    for hook in (_knobs.runtime.launch_enter_hook, _knobs.runtime.launch_exit_hook):
-        if hook is not None and getattr(hook, "calls", True):
-            return False
-    return True
+#: Whether no launch hook is installed (a profiler such as proton installs them): ``Bound`` skips
+#: the hooks, so callers take the full launch path while any is there.
+hooks_idle = _internals.launch_hooks_idle

@@ -26,13 +26,18 @@ from iris.heap import context as abi
 from iris.mem.triton import Context
 from iris.mem.triton import ops as mops
 
-__all__ = ["barrier_kernel", "one_shot_kernel", "reduce_kernel", "gather_kernel", "push_kernel"]
+from . import protocol
+
+__all__ = ["barrier_kernel", "reduce_kernel", "gather_kernel", "push_kernel"]
 
 _TIMEOUT = tl.constexpr(abi.ERROR_COLLECTIVE_TIMEOUT)
 _MISMATCH = tl.constexpr(abi.ERROR_COLLECTIVE_MISMATCH)
 _ABANDONED = tl.constexpr(abi.ERROR_COLLECTIVE_ABANDONED)
 _NEVER = tl.constexpr(-(2**62))  # a value no flag ever holds: a CAS expecting it changes nothing
-DESC_WORDS = tl.constexpr(4)  # code, numel, offset a, offset b (iris.ccl.protocol)
+DESC_WORDS = tl.constexpr(protocol.DESC_WORDS)  # code, numel, offset a, offset b
+_MAX = tl.constexpr(protocol.REDUCE_OPS["max"])  # the OP constexpr's codes; anything else sums
+_MIN = tl.constexpr(protocol.REDUCE_OPS["min"])
+_AVG = tl.constexpr(protocol.REDUCE_OPS["avg"])
 
 
 # -- the sync block (iris.ccl.workspace): FLAGS-strided int64 arrays -------------------------------
@@ -277,12 +282,12 @@ def _leave(ctx, sync, epoch, FLAGS: tl.constexpr):
 
 @triton.jit
 def _combine(acc, v, OP: tl.constexpr, IS_FLOAT: tl.constexpr):
-    if OP == 1:
+    if OP == _MAX:
         if IS_FLOAT:
             acc = tl.maximum(acc, v, propagate_nan=tl.PropagateNan.ALL)
         else:
             acc = tl.maximum(acc, v)
-    elif OP == 2:
+    elif OP == _MIN:
         if IS_FLOAT:
             acc = tl.minimum(acc, v, propagate_nan=tl.PropagateNan.ALL)
         else:
@@ -307,7 +312,7 @@ def _reduce_tile(ctx, src, mask, W: tl.constexpr, OP: tl.constexpr, ACC_F32: tl.
         if ACC_F32:
             v = v.to(tl.float32)
         acc = _combine(acc, v, OP, IS_FLOAT)
-    if OP == 3:
+    if OP == _AVG:
         if acc.dtype == tl.float64:
             acc = acc / ctx.world_size.to(tl.float64)  # fp64 division is IEEE-rounded already
         else:
@@ -342,81 +347,61 @@ def barrier_kernel(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS: tl.const
 
 
 @triton.jit(do_not_specialize=_DESC)
-def one_shot_kernel(
-    context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, src, dst, N,
-    W: tl.constexpr, OP: tl.constexpr, ACC_F32: tl.constexpr, IS_FLOAT: tl.constexpr, FLAGS: tl.constexpr, BLOCK: tl.constexpr,
-):  # fmt: skip
-    """dst (local) = op over ranks of src (every rank's staged copy of its input)."""
-    ctx = Context.initialize(context_ptr)
-    epoch, go = _enter(ctx, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS)
-    if go:
-        t = tl.program_id(0)
-        while t < tl.cdiv(N, BLOCK):
-            offs = t * BLOCK + tl.arange(0, BLOCK)
-            mask = offs < N
-            acc = _reduce_tile(ctx, src + offs, mask, W, OP, ACC_F32, IS_FLOAT)
-            tl.store(dst + offs, _cast_out(acc, dst.dtype.element_ty), mask=mask)
-            t += tl.num_programs(0)
-    _leave(ctx, sync, epoch, FLAGS)
-
-
-@triton.jit(do_not_specialize=_DESC)
 def reduce_kernel(
-    context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, src, dst, N, chunk,
+    context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, src, dst, N, start, chunk,
     PUSH: tl.constexpr, DST_CHUNKED: tl.constexpr,
     W: tl.constexpr, OP: tl.constexpr, ACC_F32: tl.constexpr, IS_FLOAT: tl.constexpr, FLAGS: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
-    """Reduce chunk ``rank`` (elements [rank*chunk, min((rank+1)*chunk, N))) of src over ranks.
+    """Reduce elements [start, min(start + chunk, N)) of src over ranks (every rank's copy).
 
-    The result goes to ``dst`` at the chunk's offset (``DST_CHUNKED``) or at 0; into every rank's
-    copy of dst (``PUSH``: the two-shot all_reduce, where src and dst are the same tensor and no
-    one but this rank touches this chunk) or only the local one (reduce_scatter).
+    The result goes to ``dst`` at the elements' offset (``DST_CHUNKED``) or at 0; into every
+    rank's copy of dst (``PUSH``: the two-shot all_reduce, where src and dst are the same tensor
+    and no one but this rank touches its chunk) or only the local one (one_shot over every
+    element, reduce_scatter and the reduce-scatter half of rs_ag over this rank's chunk).
     """
     ctx = Context.initialize(context_ptr)
     epoch, go = _enter(ctx, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS)
-    if go:
-        start = ctx.rank * chunk
-        t = tl.program_id(0)
-        while t < tl.cdiv(chunk, BLOCK):
-            local = t * BLOCK + tl.arange(0, BLOCK)
-            offs = start + local
-            mask = (local < chunk) & (offs < N)
-            acc = _reduce_tile(ctx, src + offs, mask, W, OP, ACC_F32, IS_FLOAT)
-            out = _cast_out(acc, dst.dtype.element_ty)
-            if DST_CHUNKED:
-                where = dst + offs
-            else:
-                where = dst + local
-            if PUSH:
-                for j in tl.static_range(W):
-                    ctx.store(where, out, (ctx.rank + j) % W, mask=mask)
-            else:
-                tl.store(where, out, mask=mask)
-            t += tl.num_programs(0)
+    t = tl.program_id(0)
+    while go & (t < tl.cdiv(chunk, BLOCK)):
+        local = t * BLOCK + tl.arange(0, BLOCK)
+        offs = start + local
+        mask = (local < chunk) & (offs < N)
+        out = _cast_out(_reduce_tile(ctx, src + offs, mask, W, OP, ACC_F32, IS_FLOAT), dst.dtype.element_ty)
+        if DST_CHUNKED:
+            where = dst + offs
+        else:
+            where = dst + local
+        if PUSH:
+            for j in tl.static_range(W):
+                ctx.store(where, out, (ctx.rank + j) % W, mask=mask)
+        else:
+            tl.store(where, out, mask=mask)
+        t += tl.num_programs(0)
     _leave(ctx, sync, epoch, FLAGS)
 
 
 @triton.jit(do_not_specialize=_DESC)
 def gather_kernel(
     context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, src, dst,
-    n, total, src_stride, src_offset, dst_stride, first, COUNT: tl.constexpr, FLAGS: tl.constexpr, BLOCK: tl.constexpr,
+    piece, dst_numel, src_stride, src_offset, dst_stride, first_rank,
+    RANKS: tl.constexpr, FLAGS: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
-    """For ranks r = first, first+1, ... (COUNT of them, mod W; unrolled, so their loads overlap):
-    dst[r*dst_stride + i] = rank r's src[r*src_stride + src_offset + i], for i < n and
-    r*dst_stride + i < total (all_gather, all_to_all, broadcast and the all-gather half of rs_ag).
+    """For ranks r = first_rank, first_rank + 1, ... (RANKS of them, mod W; unrolled, so their
+    loads overlap): dst[r * dst_stride + i] = rank r's src[r * src_stride + src_offset + i], for
+    i < piece and r * dst_stride + i < dst_numel (all_gather by pulls, all_to_all, broadcast and
+    the all-gather half of rs_ag).
     """
     ctx = Context.initialize(context_ptr)
     epoch, go = _enter(ctx, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS)
-    if go:
-        t = tl.program_id(0)
-        while t < tl.cdiv(n, BLOCK):
-            offs = t * BLOCK + tl.arange(0, BLOCK)
-            for j in tl.static_range(COUNT):
-                r = (first + j) % ctx.world_size
-                mask = (offs < n) & (r * dst_stride + offs < total)
-                v = ctx.load(src + r * src_stride + src_offset + offs, r, mask=mask)
-                tl.store(dst + r * dst_stride + offs, v, mask=mask)
-            t += tl.num_programs(0)
+    t = tl.program_id(0)
+    while go & (t < tl.cdiv(piece, BLOCK)):
+        offs = t * BLOCK + tl.arange(0, BLOCK)
+        for j in tl.static_range(RANKS):
+            r = (first_rank + j) % ctx.world_size
+            mask = (offs < piece) & (r * dst_stride + offs < dst_numel)
+            v = ctx.load(src + r * src_stride + src_offset + offs, r, mask=mask)
+            tl.store(dst + r * dst_stride + offs, v, mask=mask)
+        t += tl.num_programs(0)
     _leave(ctx, sync, epoch, FLAGS)
 
 
@@ -429,13 +414,12 @@ def push_kernel(
     outputs: each input read once, from local memory, and stored into all W ranks)."""
     ctx = Context.initialize(context_ptr)
     epoch, go = _enter(ctx, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS)
-    if go:
-        t = tl.program_id(0)
-        while t < tl.cdiv(n, BLOCK):
-            offs = t * BLOCK + tl.arange(0, BLOCK)
-            mask = offs < n
-            v = tl.load(src + offs, mask=mask)
-            for j in tl.static_range(W):
-                ctx.store(dst + dst_offset + offs, v, (ctx.rank + j) % W, mask=mask)
-            t += tl.num_programs(0)
+    t = tl.program_id(0)
+    while go & (t < tl.cdiv(n, BLOCK)):
+        offs = t * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        v = tl.load(src + offs, mask=mask)
+        for j in tl.static_range(W):
+            ctx.store(dst + dst_offset + offs, v, (ctx.rank + j) % W, mask=mask)
+        t += tl.num_programs(0)
     _leave(ctx, sync, epoch, FLAGS)

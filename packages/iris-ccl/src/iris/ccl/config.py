@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Config", "ALL_REDUCE_VARIANTS", "BACKENDS", "MAX_BLOCK_SIZE", "MAX_NUM_WARPS"]
+__all__ = ["Config", "DEFAULT", "ALL_REDUCE_VARIANTS", "BACKENDS", "MAX_BLOCK_SIZE", "MAX_NUM_WARPS"]
 
 #: ``"auto"`` picks among the others by message size and world size (``AUTO_VARIANTS``).
 ALL_REDUCE_VARIANTS = ("auto", "one_shot", "two_shot", "rs_ag")
@@ -62,6 +62,10 @@ class Config:
 
     def __hash__(self) -> int:
         return self._hash
+
+
+#: What a call without ``config`` runs with.
+DEFAULT = Config()
 
 
 def _is_int(v) -> bool:

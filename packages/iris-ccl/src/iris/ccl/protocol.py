@@ -54,7 +54,7 @@ from iris.heap import context as abi
 
 from .errors import CollectiveAbandonedError, CollectiveMismatchError, CollectiveTimeoutError
 
-__all__ = ["KINDS", "VARIANTS", "OPS", "DESC_WORDS", "describe", "decode", "translate_error"]
+__all__ = ["KINDS", "VARIANTS", "REDUCE_OPS", "OPS", "DESC_WORDS", "describe", "decode", "translate_error"]
 
 DESC_WORDS = 4
 FIELDS = ("code", "numel", "offset a", "offset b")
@@ -62,7 +62,10 @@ FIELDS = ("code", "numel", "offset a", "offset b")
 KINDS = {"all_reduce": 1, "all_gather": 2, "reduce_scatter": 3, "all_to_all": 4, "broadcast": 5, "barrier": 6}
 #: Algorithm variants (all_gather's push and pull are picked by where ``out`` lives).
 VARIANTS = {"": 0, "one_shot": 1, "two_shot": 2, "rs_ag": 3, "push": 4, "pull": 5}
-OPS = {"sum": 0, "max": 1, "min": 2, "avg": 3, "": 15}
+#: The reductions' codes, defined once: the kernels' ``OP`` constexpr (both backends import them)
+#: and the op field of a description.
+REDUCE_OPS = {"sum": 0, "max": 1, "min": 2, "avg": 3}
+OPS = {**REDUCE_OPS, "": 15}  # "": a collective without an op
 _DTYPES = [
     getattr(torch, name)
     for name in (
@@ -84,7 +87,7 @@ def describe(
     kind: str, *, variant: str = "", op: str = "", dtype=None, on_heap=(), src: int = -1, layout: int = 0
 ) -> int:
     """The CODE word of a call (see the module docstring); ``layout``: the input's memory order
-    (``iris.ccl.collectives._layout``, 0 for row-major)."""
+    (``iris.ccl.arguments.layout``, 0 for row-major)."""
     heap_bits = sum(1 << i for i, on in enumerate(on_heap) if on)
     values = (KINDS[kind], VARIANTS[variant], OPS[op], _DTYPE_ID.get(dtype, 0), heap_bits, src + 1, layout)
     code = 0

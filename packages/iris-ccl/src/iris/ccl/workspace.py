@@ -16,6 +16,7 @@ import torch
 import iris.heap
 
 from . import protocol
+from .errors import CollectiveError
 
 __all__ = ["Workspace", "workspace_of"]
 
@@ -61,14 +62,25 @@ class Workspace:
         self.history: collections.deque = collections.deque(maxlen=64)  # (host epoch, collective)
         self.broken: str | None = None  # set when a host failure interrupted a launch
         self._staging: dict[str, torch.Tensor] = {}
-        self.plans: dict = {}  # call key -> the launches it made (iris.ccl.collectives._Plan)
+        self.plans: dict = {}  # call key -> the launches it made (iris.ccl.plans.Plan)
         self._names: list[str] = []
-        self.ranks_per_device = _ranks_per_device(heap)
-        gpu = heap.device.type == "cuda"
-        self.multiprocessors = torch.cuda.get_device_properties(heap.device).multi_processor_count if gpu else 1
         heap.add_error_translator(self._translate)
         if not heap.reservations()[SYNC].untouched:
             heap.barrier()  # reused memory was zeroed here only: every rank's zeros land before any signal
+
+    def check_ready(self, name: str) -> None:
+        """Raise what stops any collective on this heap before it publishes anything: an error an
+        earlier (asynchronous) collective recorded (read without a sync), or an error raised before
+        that ``reset()`` has not cleared."""
+        heap = self.heap
+        heap.check_device_errors()
+        if self.broken is not None:
+            raise CollectiveError(
+                f"{name} on rank {heap.rank}: the collectives of this heap are in an unknown state after "
+                f"{self.broken}; call iris.ccl.reset() on every rank first",
+                collective=name,
+                rank=heap.rank,
+            )
 
     def record(self, name: str) -> None:
         self.launched += 1
@@ -144,18 +156,6 @@ class Workspace:
         self.launched = 0
         self.history.clear()
         self.broken = None
-
-
-def _ranks_per_device(heap) -> int:
-    """How many ranks of the heap run on this rank's device (1 on CPU)."""
-    if heap.device.type != "cuda" or heap.world_size == 1:
-        return 1
-    import torch.distributed as dist
-
-    me = str(torch.cuda.get_device_properties(heap.device).uuid)
-    everyone = [None] * heap.world_size
-    dist.all_gather_object(everyone, me, group=heap.group)
-    return everyone.count(me)
 
 
 def workspace_of(heap) -> Workspace:

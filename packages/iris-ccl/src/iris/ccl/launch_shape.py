@@ -1,0 +1,78 @@
+"""Launch shape: how many programs a collective's kernel runs with, over tiles of how many elements.
+
+Launch shapes are each rank's own business: they are not part of a call's description, and ranks
+that tile differently still move the same bytes. ``Config`` fields set them; ``None`` fields take
+the defaults here.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from . import occupancy
+
+__all__ = ["DEFAULT_BLOCK", "PROGRAMS_PER_SM", "TILED_OVER", "LaunchShape"]
+
+DEFAULT_BLOCK = 4096  # elements per tile
+_DEFAULT_WARPS = {"cuda": 8, "cpu": 4}
+#: Programs a launch has on CPU ranks at most: the interpreter runs them one after another, so
+#: more only cost time; two still check that programs share the work.
+_CPU_PROGRAMS = 2
+
+#: The argument whose elements a tiled kernel's programs cover, BLOCK at a time with a grid stride.
+#: A kernel not named here (the barrier) runs one program and takes no BLOCK.
+TILED_OVER = {"reduce_kernel": "chunk", "gather_kernel": "piece", "push_kernel": "n"}
+
+#: Programs per multiprocessor that each kernel is launched with, at most (fewer when fewer fit
+#: at once: ``occupancy``), shared among the ranks on one GPU. From the H200 sweep with 4 ranks
+#: sharing the GPU (BENCHMARKS.md, 64 MiB .. 1 GiB per rank): the reduction kernels need many
+#: loads in flight (reduce_scatter at 1 GiB: 0.61 of the copy roofline at 1 program per
+#: multiprocessor, 0.86 at 2, 0.97 at 4; two_shot 0.78, 0.93, 0.93), while the gather kernel does
+#: best at 1 (all_gather by pulls 0.82, 0.74, 0.79).
+PROGRAMS_PER_SM = {"reduce_kernel": 4, "gather_kernel": 1, "push_kernel": 1}
+
+
+class LaunchShape:
+    """The launch shape of one call's kernels: ``config``'s fields, else the defaults for the heap's device."""
+
+    __slots__ = ("block", "warps", "num_programs", "device", "ranks_per_device")
+
+    def __init__(self, config, heap):
+        self.device = heap.device
+        self.block = config.block_size or DEFAULT_BLOCK
+        self.warps = config.num_warps or _DEFAULT_WARPS.get(heap.device.type, _DEFAULT_WARPS["cpu"])
+        self.num_programs = config.num_programs
+        self.ranks_per_device = heap.ranks_per_device
+
+    def constexprs(self, kernel) -> dict:
+        """What the shape adds to ``kernel``'s constexprs: ``BLOCK`` for a tiled kernel."""
+        return {"BLOCK": self.block} if kernel.__name__ in TILED_OVER else {}
+
+    def programs(self, kernel, arguments: dict, args: tuple, constexprs: dict) -> int:
+        """Programs for a launch of ``kernel`` with ``arguments`` (by name; ``args`` and
+        ``constexprs``: the same, as the kernel takes them).
+
+        One per tile at most. On a GPU, ``PROGRAMS_PER_SM`` per multiprocessor, at most as many as
+        fit at once (``occupancy``), divided among the ranks that share the GPU: every program of
+        every rank must be resident together, since they wait for one another.
+        """
+        over = TILED_OVER.get(kernel.__name__)
+        if over is None:
+            return 1
+        tiles = max(1, -(-arguments[over] // self.block))
+        if self.num_programs:
+            return min(tiles, self.num_programs)
+        if self.device.type != "cuda":
+            return min(tiles, _CPU_PROGRAMS)
+        per_sm = PROGRAMS_PER_SM.get(kernel.__name__, 1)
+        if per_sm > 1:  # one program per multiprocessor always fits; more needs the compiled kernel's size
+            launch = {**constexprs, "num_warps": self.warps}
+            per_sm = min(per_sm, occupancy.resident_per_sm(kernel, args, launch, self.device))
+        return min(tiles, max(1, per_sm * _multiprocessors(self.device) // self.ranks_per_device))
+
+
+@functools.cache
+def _multiprocessors(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count

@@ -1,0 +1,147 @@
+"""Plans: a call repeated with the same arguments launches what the first one did, without its checks.
+
+The key of a call (``call_key``) holds everything its checks and launches depended on: the
+collective, its ``Config`` and scalars (op, src), the current device and, per tensor, its address,
+shape, strides, dtype, device and whether it is on the heap. Calls with the same key pass the same
+checks and launch the same kernels with the same arguments (addresses included), so a plan skips
+straight to its steps, after the checks that may change between calls (the heap is open, no
+device error is pending, the collectives are not broken: ``Workspace.check_ready``) and one more:
+the staging buffers it copies through are still the workspace's (``Plan.buffers``; they change
+only when a larger call grows one, or at ``reset()``). Every rank's staging grows at the same
+calls, whichever of them ran from a plan, so ranks keep describing the same offsets.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import _internals, _launch
+from .arguments import flat
+from .config import DEFAULT, Config
+from .workspace import Workspace, workspace_of
+
+__all__ = ["MAX_PLANS", "Plan", "call_key", "replay"]
+
+#: Plans kept per heap (the oldest is dropped first).
+MAX_PLANS = 256
+
+
+class Plan:
+    """The launches and staging copies of one call, kept to run again for the next call with the same key.
+
+    Steps, in the call's order: on GPUs a launch is a ``_launch.Bound`` (addresses fixed); on CPU
+    ranks the kernel with the call's tensors filled in again (``_slotted``), so the same plans run
+    under the interpreter; a copy is between a (flat) tensor of the call and a staging view.
+    """
+
+    __slots__ = ("name", "gpu", "steps", "device", "buffers", "launches")
+
+    def __init__(self, name: str, gpu: bool):
+        self.name, self.gpu = name, gpu
+        self.steps: list | None = []
+        self.device = _internals.current_device() if gpu else -1
+        self.buffers: dict[str, torch.Tensor] = {}  # staging role -> the whole buffer the steps use
+        self.launches = 0
+
+    def add_launch(self, kernel, grid, args, constexprs, warps, tensors) -> None:
+        """Record a launch just made (``steps`` becomes None when it cannot be repeated as is)."""
+        if self.steps is None:
+            return
+        if self.gpu:
+            bound = _launch.bind(kernel, grid, args, constexprs, warps) if _launch.DIRECT_LAUNCH else None
+            step = None if bound is None else ("launch", bound)
+        else:
+            step = _slotted(kernel, grid, args, constexprs, warps, tensors)
+        if step is None:
+            self.steps = None
+        else:
+            self.steps.append(step)
+            self.launches += 1
+
+    def add_copy(self, dst: torch.Tensor, src: torch.Tensor, tensors) -> None:
+        if self.steps is not None:
+            ends = (_slot(dst, tensors), _slot(src, tensors))
+            self.steps = None if None in ends else [*self.steps, ("copy", *ends)]
+
+    def valid(self, ws: Workspace) -> bool:
+        return all(ws.staging_buffer(role) is buf for role, buf in self.buffers.items())
+
+    def run(self, tensors: tuple) -> None:
+        stream = _launch.stream(self.device) if self.gpu else None
+        for step in self.steps:
+            what = step[0]
+            if what == "launch":
+                step[1](stream)
+            elif what == "copy":
+                _filled(step[1], tensors).copy_(_filled(step[2], tensors))
+            else:  # "cpu": a launch under the interpreter
+                _, kernel, grid, args, constexprs, warps = step
+                kernel[grid](*[_filled(a, tensors) for a in args], num_warps=warps, **constexprs)
+
+
+def _slot(a, tensors):
+    """``a`` itself, or ``("slot", index, dtype)`` when it is the flat memory of the call's tensor
+    ``index`` (as ``arguments.flat`` / ``words`` give it); None when it views a tensor of the call otherwise."""
+    if not isinstance(a, torch.Tensor):
+        return a
+    for i, t in enumerate(tensors):
+        if t.data_ptr() == a.data_ptr():
+            if a.dim() != 1 or a.numel() * a.element_size() != t.numel() * t.element_size():
+                return None
+            return ("slot", i, a.dtype)
+    return a
+
+
+def _filled(a, tensors):
+    return flat(tensors[a[1]]).view(a[2]) if type(a) is tuple else a
+
+
+def _slotted(kernel, grid, args, constexprs, warps, tensors):
+    """A CPU launch step: each argument that views one of the call's tensors becomes a slot
+    (``_slot``); other tensors (context, sync block, staging) are the heap's own."""
+    filled = tuple(_slot(a, tensors) for a in args)
+    if any(f is None for f in filled):
+        return None
+    return ("cpu", kernel, grid, filled, constexprs, warps)
+
+
+def call_key(heap, name: str, config, scalars: tuple, tensors: tuple):
+    """What a call's plan depends on (``Plan``); None for a call that is never planned (a
+    blocking config, launch hooks installed, the JIT path forced, or arguments the full path
+    must reject)."""
+    cfg = DEFAULT if config is None else config
+    if type(cfg) is not Config or cfg.blocking:
+        return None
+    if heap.device.type == "cuda":
+        if not (_launch.DIRECT_LAUNCH and _launch.hooks_idle()):
+            return None
+        device = _internals.current_device()
+    else:
+        device = -1
+    try:
+        parts = [(t.data_ptr(), t.shape, t.stride(), t.dtype, t.device, heap.is_symmetric(t)) for t in tensors]
+    except (AttributeError, TypeError):  # not tensors: the full path says what is wrong
+        return None
+    return (name, cfg, scalars, device, *parts)
+
+
+def replay(heap, key, tensors: tuple) -> bool:
+    """Launch the plan recorded for ``key``, if there is one (False: the call takes the full path)."""
+    if key is None:
+        return False
+    ws = workspace_of(heap)
+    try:
+        plan = ws.plans.get(key)
+    except TypeError:  # an unhashable scalar (op, src): the full path rejects it
+        return False
+    if plan is None or not plan.valid(ws):
+        return False
+    ws.check_ready(plan.name)
+    for _ in range(plan.launches):
+        ws.record(plan.name)
+    try:
+        plan.run(tensors)
+    except BaseException as e:
+        ws.broken = f"a failure inside {plan.name}'s launch ({type(e).__name__}: {e})"
+        raise
+    return True

@@ -48,3 +48,156 @@ def test_an_example_without_kernels_refuses_trace(tmp_path):
     done = run_cli("heap-bench", "--ranks", "1", "--trace", str(tmp_path / "t.json"))
     assert done.returncode == 2 and "nothing to trace" in done.stderr
     assert not (tmp_path / "t.json").exists()
+
+
+# -- the RMA examples and benchmarks: per rank, exactly the events their kernels record ----------
+
+
+def _traced(tmp_path, *argv, ranks):
+    """Run ``argv`` on ``ranks`` ranks with --trace; per rank, a Counter of the merged file's events
+    as (name, program, target rank, bytes). Every event is an interval, none dropped or unfinished."""
+    from collections import Counter
+
+    path = tmp_path / "trace.json"
+    done = run_cli(*argv, "--ranks", str(ranks), "--trace", str(path))
+    assert done.returncode == 0, done.stderr
+    assert f"trace: {path}" in done.stdout and "dropped" not in done.stdout
+    trace, events = _events(path)
+    meta = trace["otherData"]
+    assert (meta["world_size"], meta["dropped_events"], meta["incomplete_events"]) == (ranks, 0, 0)
+    assert all(e["ph"] == "X" and e["dur"] >= 0 for e in events)
+    return [
+        Counter((e["name"], e["args"]["program"], e["args"]["target_rank"], e["args"]["bytes"]) for e in events
+                if e["pid"] == rank)
+        for rank in range(ranks)
+    ]  # fmt: skip
+
+
+SWEEP = ["1536", "--block", "256", "--iters", "1"]  # per peer, a tile of 256 floats and one of 128
+TILES = (1024, 512)  # bytes of tile 0 and tile 1
+SWEEP_CALLS = 1 + 1  # time_launches' warmup and one timed call
+
+
+def _sweep_events(name, rank, ranks):
+    """all-load/all-store: program (p, j), flattened p + 2 j, moves tile p with rank (rank + j) % W, every call."""
+    return {(name, p + 2 * j, (rank + j) % ranks, TILES[p]): SWEEP_CALLS for p in (0, 1) for j in range(ranks)}
+
+
+@pytest.mark.parametrize(
+    "example, backend, ranks, event",
+    [("all-load", "triton", 2, "remote load"), ("all-load", "gluon", 2, "remote load"),
+     ("all-store", "triton", 2, "remote store"), ("all-store", "gluon", 3, "remote store")],
+)  # fmt: skip
+def test_all_load_and_all_store_trace_every_program_of_the_remote_kernel(tmp_path, example, backend, ranks, event):
+    per_rank = _traced(tmp_path, example, *SWEEP, "--backend", backend, ranks=ranks)
+    assert per_rank == [_sweep_events(event, rank, ranks) for rank in range(ranks)]
+
+
+BENCH = ["--sizes", "1536", "--block", "256", "--iters", "1"]  # two programs per copy: 1024 and 512 bytes
+
+
+def test_rma_bench_traces_each_copy_program_and_atomic_kernel(tmp_path):
+    per_rank = _traced(tmp_path, "rma-bench", *BENCH, "--all-turns", ranks=2)
+    calls = 1 + 1  # a warm-up launch and one timed (--iters is cut to a tenth, at least 1, on CPU ranks)
+    chain, programs, lanes, reps = 20, 2, 64, 2  # the atomic kernels' shapes on CPU ranks
+    for rank, found in enumerate(per_rank):
+        peer = 1 - rank  # with 2 ranks a copy's written rank is the peer too
+        expected = {(f"remote {op}", p, peer, TILES[p]): calls for op in ("load", "store", "get", "put", "copy")
+                    for p in (0, 1)}  # fmt: skip
+        expected[("atomic chain", 0, peer, 4 * chain)] = 3 * calls  # add relaxed, add acq_rel, cas acq_rel
+        for p in range(programs):
+            expected[("atomic batch", p, peer, 4 * lanes * reps)] = 4 * calls  # distinct/one word x two sems
+        assert found == expected, rank
+
+
+def test_gluon_rma_bench_traces_each_program_of_both_implementations(tmp_path):
+    per_rank = _traced(tmp_path, "gluon-rma-bench", *BENCH, "--warmup", "1", ranks=2)
+    calls = 1 + 1 + 1  # --warmup 1, then per sample time_launches' warm-up and one launch (CPU ranks)
+    for rank, found in enumerate(per_rank):
+        target = {"put": 1 - rank, "get": 1 - rank, "copy": rank}  # copy writes rank + 2: itself with 2 ranks
+        assert found == {(f"remote {op} ({impl})", p, target[op], TILES[p]): calls
+                         for impl in ("gluon", "triton") for op in ("put", "get", "copy") for p in (0, 1)}, rank  # fmt: skip
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_atomic_latency_traces_each_ping_pong_kernel_and_contended_program(tmp_path, ranks):
+    rounds, programs, lanes, reps = 3, 2, 4, 2
+    per_rank = _traced(tmp_path, "atomic-latency", "--rounds", str(rounds), "--iters", "1", "--programs", str(programs),
+                       "--lanes", str(lanes), "--reps", str(reps), ranks=ranks)  # fmt: skip
+    calls = 1 + 1  # time_launches' warm-up and one timed kernel
+    for rank, found in enumerate(per_rank):
+        expected = {("atomic_add contended", p, 0, 8 * lanes * reps): calls for p in range(programs)}
+        if rank ^ 1 < ranks:  # paired; the last rank of an odd world has no ping-pong
+            for op in ("add", "cas"):
+                expected[(f"atomic_{op} ping-pong", 0, rank ^ 1, 4 * rounds)] = calls
+        assert found == expected, rank
+
+
+def test_a_full_trace_buffer_drops_events_and_the_run_still_checks(tmp_path):
+    path = tmp_path / "t.json"
+    done = run_cli("all-load", *SWEEP, "--ranks", "2", "--trace", str(path), "--trace-events", "3")
+    assert done.returncode == 0, done.stderr
+    assert "MISMATCH" not in done.stdout
+    dropped = 2 * (2 * 2 * SWEEP_CALLS - 3)  # per rank: 2 tiles x 2 peers x calls recorded, 3 kept
+    assert f"{dropped} dropped: raise --trace-events" in done.stdout
+    trace, events = _events(path)
+    assert trace["otherData"]["dropped_events"] == dropped
+    assert [sum(e["pid"] == rank for e in events) for rank in (0, 1)] == [3, 3]
+
+
+# -- compile-only for sm_90 (no GPU needed): the tracing is in the kernel with TRACE, gone without ---
+
+
+def compile_instrumented_kernels(rank, world_size):
+    """Every instrumented kernel lowered for sm_90 with TRACE False and True: its PTX's reads of
+    ``%globaltimer`` and ``%smid``, by (name, TRACE). Runs in a rank process (no interpreter)."""
+    import torch
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    import iris.mem.gluon as img
+    from iris.examples import all_load, all_store, atomic_latency, gluon_rma_bench, rma_bench
+
+    target = GPUTarget("cuda", 90, 32)
+    layout = img.blocked_layout(1024, 4, target=target, dtype=torch.float32)
+    sweep = {"src": "*fp32", "dst": "*fp32", "context_ptr": "*i64", "n": "i32", "EVENT": "i32"}
+    bench = {"src": "*fp32", "dst": "*fp32", "n": "i32", "context_ptr": "*i64", "EVENT": "i32"}
+    counters = {"counters": "*i32", "context_ptr": "*i64", "EVENT": "i32"}
+    kernels = {  # name: (kernel, source, runtime arguments' types, constexprs but TRACE)
+        "all-load": (all_load.all_load_kernel, ASTSource, sweep, {"BLOCK": 1024}),
+        "all-load gluon": (all_load.gluon_all_load_kernel, img.GluonASTSource, sweep, {"BLOCK": 1024, "LAYOUT": layout}),
+        "all-store": (all_store.all_store_kernel, ASTSource, sweep, {"BLOCK": 1024}),
+        "all-store gluon": (all_store.gluon_all_store_kernel, img.GluonASTSource, sweep, {"BLOCK": 1024, "LAYOUT": layout}),
+        "rma-bench copy": (rma_bench.remote_copy_kernel, ASTSource, bench, {"OP": "copy", "BLOCK": 1024, "WIDE": False}),
+        "rma-bench chain": (rma_bench.atomic_chain_kernel, ASTSource, {"counter": "*i32", "context_ptr": "*i64", "K": "i32", "EVENT": "i32"},
+                            {"OP": "cas", "SEM": "acq_rel"}),
+        "rma-bench batch": (rma_bench.atomic_throughput_kernel, ASTSource, counters,
+                            {"REPS": 2, "LANES": 64, "CONTENDED": False, "SEM": "relaxed"}),
+        "gluon-rma-bench gluon": (gluon_rma_bench.gluon_rma, img.GluonASTSource, sweep, {"OP": "copy", "BLOCK": 1024, "L": layout}),
+        "gluon-rma-bench triton": (gluon_rma_bench.triton_rma, ASTSource, sweep, {"OP": "put", "BLOCK": 1024}),
+        "atomic-latency ping-pong": (atomic_latency.ping_pong_kernel, ASTSource,
+                                     {"flag": "*i32", "context_ptr": "*i64", "peer": "i32", "base": "i32", "rounds": "i32",
+                                      "EVENT": "i32"}, {"FIRST": True, "OP": "cas"}),
+        "atomic-latency contended": (atomic_latency.contended_add_kernel, ASTSource,
+                                     {"counter": "*i64", "context_ptr": "*i64", "to_rank": "i32", "EVENT": "i32"},
+                                     {"REPS": 2, "LANES": 64}),
+    }  # fmt: skip
+    reads = {}
+    for name, (kernel, source, signature, constexprs) in kernels.items():
+        for trace in (False, True):
+            consts = dict(constexprs, TRACE=trace)
+            sig = dict(signature, **dict.fromkeys(consts, "constexpr"))
+            ptx = triton.compile(source(kernel, sig, consts), target=target, options={"num_warps": 4}).asm["ptx"]
+            reads[name, trace] = (ptx.count("%globaltimer"), ptx.count("%smid"))
+    return reads
+
+
+def test_each_instrumented_kernel_has_its_tracing_only_with_trace():
+    from iris.heap.testing import run
+
+    [reads] = run(compile_instrumented_kernels, 1, env={"TRITON_INTERPRET": "0"})
+    for name in sorted({name for name, _ in reads}):
+        clock, sm = reads[name, False]  # the kernel's own clock reads (the ping-pong's bounded waits)
+        assert sm == 0, name
+        assert reads[name, True] == (clock + 2, 1), name  # one event per program: start and end, its SM once

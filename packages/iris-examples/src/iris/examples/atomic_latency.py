@@ -10,6 +10,12 @@ peer signalled.
 Contended throughput: every program lane of every rank adds 1 (``sem="relaxed"``) to one int64
 counter on rank 0, ``--reps`` times per launch; afterwards rank 0's counter must equal the
 total. Triton backend only.
+
+``--trace FILE``: one event per program and kernel, not per atomic (``--rounds`` of them would
+soon fill the buffer): each ping-pong kernel is an "atomic_add ping-pong" or "atomic_cas
+ping-pong" (target rank: the peer; bytes: the rounds' 4-byte signals it sent), each program of
+the contended kernel an "atomic_add contended" (rank 0; 8 bytes per add), warm-up and timed
+kernels alike: the timed figures then include the tracing.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import iris.heap
 import iris.mem.triton as imt
 from iris.mem.triton import Context
 
-from . import environment, tables, timing, validation
+from . import environment, tables, timing, trace, validation
 from .options import positive_int
 
 __all__ = ["SUMMARY", "add_arguments", "check_arguments", "rank_main", "report"]
@@ -35,9 +41,14 @@ BACKENDS = ("triton",)
 
 @imt.interpret()
 @triton.jit
-def ping_pong_kernel(flag, context_ptr, peer, base, rounds, FIRST: tl.constexpr, OP: tl.constexpr):
-    """``rounds`` round trips with ``peer``: round i moves both flags to ``base + i``."""
+def ping_pong_kernel(flag, context_ptr, peer, base, rounds, EVENT, FIRST: tl.constexpr, OP: tl.constexpr,
+                     TRACE: tl.constexpr):  # fmt: skip
+    """``rounds`` round trips with ``peer``: round i moves both flags to ``base + i``.
+
+    ``TRACE``: record the whole exchange as event ``EVENT`` (target rank: the peer; bytes: the signals sent)."""
     ctx = Context.initialize(context_ptr)
+    tr = imt.Tracing.initialize(context_ptr, TRACE)
+    exchange = tr.record_start(EVENT, peer, rounds * (flag.dtype.element_ty.primitive_bitwidth // 8))
     for i in range(1, rounds + 1):
         v = base + i
         if not FIRST:
@@ -48,16 +59,25 @@ def ping_pong_kernel(flag, context_ptr, peer, base, rounds, FIRST: tl.constexpr,
             ctx.atomic_add(flag, 1, peer, sem="release")
         if FIRST:
             ctx.wait(flag, v, cmp=">=")
+    tr.record_end(exchange)
 
 
 @imt.interpret()
 @triton.jit
-def contended_add_kernel(counter, context_ptr, to_rank, REPS: tl.constexpr, LANES: tl.constexpr):
-    """Every lane adds 1 to the one word ``counter`` on ``to_rank``, REPS times."""
+def contended_add_kernel(counter, context_ptr, to_rank, EVENT, REPS: tl.constexpr, LANES: tl.constexpr,
+                         TRACE: tl.constexpr):  # fmt: skip
+    """Every lane adds 1 to the one word ``counter`` on ``to_rank``, REPS times.
+
+    ``TRACE``: record the program's adds as event ``EVENT`` (target rank: ``to_rank``; bytes: each add's word)."""
     ctx = Context.initialize(context_ptr)
+    tr = imt.Tracing.initialize(context_ptr, TRACE)
+    adds = tr.record_start(EVENT, to_rank, REPS * LANES * (counter.dtype.element_ty.primitive_bitwidth // 8))
     ptrs = counter + tl.arange(0, LANES) * 0
     for _ in range(REPS):
         ctx.atomic_add(ptrs, 1, to_rank, sem="relaxed")
+    if TRACE:
+        tl.debug_barrier()  # every lane's adds
+    tr.record_end(adds)
 
 
 def add_arguments(parser: argparse.ArgumentParser, *, gpu: bool) -> None:
@@ -82,50 +102,56 @@ def check_arguments(args: argparse.Namespace) -> None:
 
 
 def rank_main(args: argparse.Namespace) -> dict:
-    heap = iris.heap.init(1 << 20)
+    heap = iris.heap.init((1 << 20) + trace.heap_bytes(args))
     try:
-        rank, world_size, device = heap.rank, heap.world_size, heap.device
-        calls = 1 + args.iters  # warmup + timed, on every rank alike
-        peer = rank ^ 1 if (rank ^ 1) < world_size else None  # the last rank of an odd world has no partner
-        rows, mismatches = [], []
-        for op in ("add", "cas"):
-            flag = heap.zeros(1, dtype=torch.int32)
-            base = 0
+        with trace.session(heap, args) as tracing:  # --trace: recorded, exported on success
+            rank, world_size, device = heap.rank, heap.world_size, heap.device
+            calls = 1 + args.iters  # warmup + timed, on every rank alike
+            peer = rank ^ 1 if (rank ^ 1) < world_size else None  # the last rank of an odd world has no partner
+            rows, mismatches = [], []
+            # every rank names the events, in one order (a collective), paired or not
+            events = {op: tracing.event(f"atomic_{op} ping-pong") for op in ("add", "cas")}
+            events["contended"] = tracing.event("atomic_add contended")
+            for op in ("add", "cas"):
+                flag = heap.zeros(1, dtype=torch.int32)
+                base = 0
+                heap.barrier()
+                if peer is not None:
+
+                    def ping_pong(flag=flag, op=op):
+                        nonlocal base
+                        ping_pong_kernel[(1,)](flag, heap.context, peer, base, args.rounds, events[op], FIRST=rank < peer,
+                                               OP=op, TRACE=tracing.on)  # fmt: skip
+                        base += args.rounds
+
+                    seconds = timing.time_launches(
+                        ping_pong, reps=1, iters=args.iters, warmup=1, device=device, queued=False
+                    )
+                    rows.append({"section": "latency", "op": f"atomic_{op} ping-pong", "rank": rank, "peer": peer,
+                                 "ranks": world_size, "latency_us": seconds * 1e6 / args.rounds})  # fmt: skip
+                heap.barrier()  # raises WaitTimeoutError if a signal never came
+                if peer is not None:
+                    found = validation.compare(flag, torch.tensor([calls * args.rounds], dtype=torch.int32), rank=rank,
+                                               what=f"atomic_{op} ping-pong flag (rounds signalled by rank {peer})")  # fmt: skip
+                    mismatches += [found] if found is not None else []
+
+            counter = heap.zeros(1, dtype=torch.int64)
             heap.barrier()
-            if peer is not None:
 
-                def ping_pong(flag=flag, op=op):
-                    nonlocal base
-                    ping_pong_kernel[(1,)](flag, heap.context, peer, base, args.rounds, FIRST=rank < peer, OP=op)
-                    base += args.rounds
+            def contended():
+                contended_add_kernel[(args.programs,)](counter, heap.context, 0, events["contended"],
+                                                       REPS=args.reps, LANES=args.lanes, TRACE=tracing.on)  # fmt: skip
 
-                seconds = timing.time_launches(
-                    ping_pong, reps=1, iters=args.iters, warmup=1, device=device, queued=False
-                )
-                rows.append({"section": "latency", "op": f"atomic_{op} ping-pong", "rank": rank, "peer": peer,
-                             "ranks": world_size, "latency_us": seconds * 1e6 / args.rounds})  # fmt: skip
-            heap.barrier()  # raises WaitTimeoutError if a signal never came
-            if peer is not None:
-                found = validation.compare(flag, torch.tensor([calls * args.rounds], dtype=torch.int32), rank=rank,
-                                           what=f"atomic_{op} ping-pong flag (rounds signalled by rank {peer})")  # fmt: skip
-                mismatches += [found] if found is not None else []
-
-        counter = heap.zeros(1, dtype=torch.int64)
-        heap.barrier()
-
-        def contended():
-            contended_add_kernel[(args.programs,)](counter, heap.context, 0, REPS=args.reps, LANES=args.lanes)
-
-        seconds = timing.time_launches(contended, reps=1, iters=args.iters, warmup=1, device=device, queued=False)
-        heap.barrier()
-        per_call = args.programs * args.lanes * args.reps
-        total = calls * per_call * world_size if rank == 0 else 0
-        found = validation.compare(counter, torch.tensor([total], dtype=torch.int64), rank=rank,
-                                   what="contended atomic_add counter on rank 0 (every add of every rank)")  # fmt: skip
-        mismatches += [found] if found is not None else []
-        rows.append({"section": "throughput", "op": "atomic_add contended (one word on rank 0)", "rank": rank,
-                     "ranks": world_size, "ops_per_call": per_call, "Mops": per_call / seconds / 1e6})  # fmt: skip
-        return {"rows": rows, "mismatches": mismatches, "gpu": device.type == "cuda"}
+            seconds = timing.time_launches(contended, reps=1, iters=args.iters, warmup=1, device=device, queued=False)
+            heap.barrier()
+            per_call = args.programs * args.lanes * args.reps
+            total = calls * per_call * world_size if rank == 0 else 0
+            found = validation.compare(counter, torch.tensor([total], dtype=torch.int64), rank=rank,
+                                       what="contended atomic_add counter on rank 0 (every add of every rank)")  # fmt: skip
+            mismatches += [found] if found is not None else []
+            rows.append({"section": "throughput", "op": "atomic_add contended (one word on rank 0)", "rank": rank,
+                         "ranks": world_size, "ops_per_call": per_call, "Mops": per_call / seconds / 1e6})  # fmt: skip
+            return {"rows": rows, "mismatches": mismatches, "gpu": device.type == "cuda"}
     finally:
         heap.close()
 

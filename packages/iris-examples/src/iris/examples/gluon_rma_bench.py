@@ -19,6 +19,11 @@ back behind a spin (``iris.examples.timing.time_launches``). Several ranks may s
 under MPS for concurrency; the caption says whether an MPS daemon runs). On CPU ranks the sizes
 are tiny: a smoke test, not a measurement.
 
+``--trace FILE``: every program of the put/get/copy kernels records its operation, one event name
+per case ("remote put (gluon)", ..., "remote copy (triton)"; target rank: the rank read for get,
+the rank written for put and copy; bytes: what the program moved), warm-up and timed launches
+alike: the timed figures then include the tracing. The local copies are not traced.
+
 (This was ``packages/iris-examples/benchmarks/bench_gluon_rma.py``.)
 """
 
@@ -37,7 +42,7 @@ import iris.heap
 import iris.mem.gluon as img
 import iris.mem.triton as imt
 
-from . import environment, tables, timing, validation
+from . import environment, tables, timing, trace, validation
 from .options import positive_int
 from .units import format_bytes, size_type
 
@@ -65,17 +70,28 @@ def gluon_local_copy(src, dst, context_ptr, n, BLOCK: gl.constexpr, L: gl.conste
 
 @img.interpret()
 @gluon.jit
-def gluon_rma(src, dst, context_ptr, n, OP: gl.constexpr, BLOCK: gl.constexpr, L: gl.constexpr):
+def gluon_rma(src, dst, context_ptr, n, EVENT, OP: gl.constexpr, BLOCK: gl.constexpr, L: gl.constexpr,
+              TRACE: gl.constexpr):  # fmt: skip
+    """OP: put (local src -> next rank's dst), get (next rank's src -> local dst), copy (next rank's
+    src -> the dst of the rank after it). ``TRACE``: record the program's operation as ``EVENT``
+    (target rank: the rank read for get, written for put and copy; bytes: what it moved)."""
     ctx = img.Context.initialize(context_ptr)
+    tr = img.Tracing.initialize(context_ptr, TRACE)
     nxt = (ctx.rank + 1) % ctx.world_size
-    offs = gl.program_id(0) * BLOCK + gl.arange(0, BLOCK, layout=L)
+    start = gl.program_id(0) * BLOCK
+    offs = start + gl.arange(0, BLOCK, layout=L)
     mask = offs < n
+    nbytes = gl.minimum(BLOCK, n - start) * src.dtype.element_ty.primitive_bitwidth // 8
+    moved = tr.record_start(EVENT, (ctx.rank + 2) % ctx.world_size if OP == "copy" else nxt, nbytes)
     if OP == "put":
         ctx.put(src + offs, dst + offs, nxt, mask=mask)
     elif OP == "get":
         ctx.get(src + offs, dst + offs, nxt, mask=mask)
     else:
         ctx.copy(src + offs, dst + offs, nxt, (ctx.rank + 2) % ctx.world_size, mask=mask)
+    if TRACE:
+        img.barrier()  # the event ends when every thread's part is done (stores: issued)
+    tr.record_end(moved)
 
 
 # -- the same with iris.mem.triton -----------------------------------------------------------------
@@ -91,17 +107,24 @@ def triton_local_copy(src, dst, context_ptr, n, BLOCK: tl.constexpr):
 
 @imt.interpret()
 @triton.jit
-def triton_rma(src, dst, context_ptr, n, OP: tl.constexpr, BLOCK: tl.constexpr):
+def triton_rma(src, dst, context_ptr, n, EVENT, OP: tl.constexpr, BLOCK: tl.constexpr, TRACE: tl.constexpr):
     ctx = imt.Context.initialize(context_ptr)
+    tr = imt.Tracing.initialize(context_ptr, TRACE)
     nxt = (ctx.rank + 1) % ctx.world_size
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    start = tl.program_id(0) * BLOCK
+    offs = start + tl.arange(0, BLOCK)
     mask = offs < n
+    nbytes = tl.minimum(BLOCK, n - start) * src.dtype.element_ty.primitive_bitwidth // 8
+    moved = tr.record_start(EVENT, (ctx.rank + 2) % ctx.world_size if OP == "copy" else nxt, nbytes)
     if OP == "put":
         ctx.put(src + offs, dst + offs, nxt, mask=mask)
     elif OP == "get":
         ctx.get(src + offs, dst + offs, nxt, mask=mask)
     else:
         ctx.copy(src + offs, dst + offs, nxt, (ctx.rank + 2) % ctx.world_size, mask=mask)
+    if TRACE:
+        tl.debug_barrier()
+    tr.record_end(moved)
 
 
 # -- options ---------------------------------------------------------------------------------------
@@ -143,7 +166,8 @@ def _cases(ops, with_triton):
     return cases
 
 
-def _launcher(impl, op, src, dst, heap, n, cfg):
+def _launcher(impl, op, src, dst, heap, n, cfg, event, trace_on):
+    """One launch of case (impl, op); the put/get/copy kernels record ``event`` when ``trace_on``."""
     grid = (triton.cdiv(n, cfg["block"]),)
     if impl == "gluon":
         layout = img.blocked_layout(cfg["block"], cfg["warps"], dtype=src.dtype)
@@ -152,11 +176,12 @@ def _launcher(impl, op, src, dst, heap, n, cfg):
                 src, dst, heap.context, n, BLOCK=cfg["block"], L=layout, num_warps=cfg["warps"]
             )
         return lambda: gluon_rma[grid](
-            src, dst, heap.context, n, OP=op, BLOCK=cfg["block"], L=layout, num_warps=cfg["warps"]
-        )
+            src, dst, heap.context, n, event, OP=op, BLOCK=cfg["block"], L=layout, TRACE=trace_on,
+            num_warps=cfg["warps"])  # fmt: skip
     if op == "local":
         return lambda: triton_local_copy[grid](src, dst, heap.context, n, BLOCK=cfg["block"], num_warps=cfg["warps"])
-    return lambda: triton_rma[grid](src, dst, heap.context, n, OP=op, BLOCK=cfg["block"], num_warps=cfg["warps"])
+    return lambda: triton_rma[grid](src, dst, heap.context, n, event, OP=op, BLOCK=cfg["block"], TRACE=trace_on,
+                                    num_warps=cfg["warps"])  # fmt: skip
 
 
 def _expected_source(rank, world_size, op):
@@ -177,18 +202,25 @@ def _time_once(fn, device, reps: int) -> float:
     return timing.time_launches(fn, reps=reps if device.type == "cuda" else 1, iters=1, warmup=1, device=device)
 
 
-def bench_rank(rank, world_size, cfg, heap):
-    """Median seconds per (size, impl, op) on this rank, and the cases that delivered wrong data."""
+def _event_name(impl, op):
+    """The trace event of case (impl, op)."""
+    return f"remote {op} ({impl})"
+
+
+def bench_rank(rank, world_size, cfg, heap, tracing):
+    """Median seconds per (size, impl, op) on this rank, and the cases that delivered wrong data;
+    ``tracing`` (a ``trace.Session``): what --trace asks of the kernels."""
     dtype = DTYPES[cfg["dtype"]]
     itemsize = torch.empty(0, dtype=dtype).element_size()
     with_triton = not cfg["no_triton"]
     results, mismatches = {}, []
+    events = {case: tracing.event(_event_name(*case)) for case in _cases(cfg["ops"], with_triton) if case[1] != "local"}
     for size in cfg["sizes"]:
         n = size // itemsize
         src = heap.full((n,), rank + 1, dtype=dtype)
         dst = heap.zeros(n, dtype=dtype)
         cases = _cases(cfg["ops"], with_triton)
-        launchers = {case: _launcher(*case, src, dst, heap, n, cfg) for case in cases}
+        launchers = {case: _launcher(*case, src, dst, heap, n, cfg, events.get(case, 0), tracing.on) for case in cases}
         times = {case: [] for case in cases}
         for case in cases:  # warm-up (compiles), and a correctness check of each case
             dst.zero_()
@@ -221,9 +253,10 @@ def bench_rank(rank, world_size, cfg, heap):
 def rank_main(args: argparse.Namespace) -> dict:
     cfg = dict(sizes=args.sizes, ops=tuple(args.ops), dtype=args.dtype, block=args.block, warps=args.num_warps,
                iters=args.iters, warmup=args.warmup, reps=args.reps, no_triton=args.no_triton, concurrent=args.concurrent)  # fmt: skip
-    heap = iris.heap.init(2 * max(args.sizes) + (1 << 20))
+    heap = iris.heap.init(2 * max(args.sizes) + (1 << 20) + trace.heap_bytes(args))
     try:
-        times, mismatches = bench_rank(heap.rank, heap.world_size, cfg, heap)
+        with trace.session(heap, args) as tracing:  # --trace: recorded, exported on success
+            times, mismatches = bench_rank(heap.rank, heap.world_size, cfg, heap, tracing)
         return {"times": times, "mismatches": mismatches, "gpu": heap.device.type == "cuda"}
     finally:
         heap.close()

@@ -18,6 +18,13 @@ takes a turn; otherwise rank 0 alone), so the figures show what translation cost
 processes share the GPU; ``--concurrent`` runs every rank at once. Several ranks may share one
 GPU (CUDA IPC; run them under MPS). On CPU ranks the sizes are tiny: it shows that it runs.
 
+``--trace FILE``: every program of the remote copies records its operation ("remote load",
+"remote store", "remote get", "remote put", "remote copy"; target rank: the rank read, or for
+store/put/copy the rank written; bytes: what the program moved), each latency kernel an "atomic
+chain" (the peer; 4 bytes per atomic) and each program of the throughput kernels an "atomic
+batch" (the peer; 4 bytes per atomic), warm-up and timed launches alike: the timed figures then
+include the tracing. The local copies are not traced.
+
 (This was ``packages/iris-mem-triton/benchmarks/bench_rma.py``.)
 """
 
@@ -33,7 +40,7 @@ import iris.heap
 import iris.mem.triton as imt
 from iris.mem.triton import Context
 
-from . import environment, tables, timing
+from . import environment, tables, timing, trace
 from .options import DTYPES, positive_int
 from .units import format_bytes, size_type
 
@@ -45,6 +52,7 @@ SUMMARY = (
 BACKENDS = ("triton",)
 
 MiB = 1 << 20
+COPY_OPS = ("load", "store", "get", "put", "copy")
 CSV_COLUMNS = ["rank", "section", "op", "bytes", "ranks", "ms", "GBps", "ratio_vs_local", "latency_us", "ops_per_s"]
 
 
@@ -71,13 +79,21 @@ def local_copy_kernel(src, dst, n, BLOCK: tl.constexpr, WIDE: tl.constexpr):
 
 @imt.interpret()
 @triton.jit
-def remote_copy_kernel(src, dst, n, context_ptr, OP: tl.constexpr, BLOCK: tl.constexpr, WIDE: tl.constexpr):
+def remote_copy_kernel(src, dst, n, context_ptr, EVENT, OP: tl.constexpr, BLOCK: tl.constexpr, WIDE: tl.constexpr,
+                       TRACE: tl.constexpr):  # fmt: skip
     """OP: load (peer src -> local dst by ctx.load), store (local -> peer by ctx.store), get, put,
-    copy (peer src -> other peer's dst; with 2 ranks both are the one peer)."""
+    copy (peer src -> other peer's dst; with 2 ranks both are the one peer).
+
+    ``TRACE``: record the program's operation as event ``EVENT`` (target rank: the peer read, or
+    for store/put/copy the rank written; bytes: what the program moved)."""
     ctx = Context.initialize(context_ptr)
+    tr = imt.Tracing.initialize(context_ptr, TRACE)
     peer = (ctx.rank + 1) % ctx.world_size
     offs = _offsets(BLOCK, WIDE)
     mask = offs < n
+    other = (ctx.rank + ctx.world_size - 1) % ctx.world_size
+    nbytes = tl.minimum(BLOCK, n - tl.program_id(0).to(tl.int64) * BLOCK) * src.dtype.element_ty.primitive_bitwidth // 8
+    moved = tr.record_start(EVENT, other if OP == "copy" else peer, nbytes)
     if OP == "load":
         tl.store(dst + offs, ctx.load(src + offs, peer, mask=mask), mask=mask)
     elif OP == "store":
@@ -87,16 +103,22 @@ def remote_copy_kernel(src, dst, n, context_ptr, OP: tl.constexpr, BLOCK: tl.con
     elif OP == "put":
         ctx.put(src + offs, dst + offs, peer, mask=mask)
     else:
-        other = (ctx.rank + ctx.world_size - 1) % ctx.world_size
         ctx.copy(src + offs, dst + offs, peer, other, mask=mask)
+    if TRACE:
+        tl.debug_barrier()  # the event ends when every thread's part is done (stores: issued)
+    tr.record_end(moved)
 
 
 @imt.interpret()
 @triton.jit
-def atomic_chain_kernel(counter, context_ptr, K, OP: tl.constexpr, SEM: tl.constexpr):
-    """K dependent remote atomics on the peer's counter (each value depends on the last old value)."""
+def atomic_chain_kernel(counter, context_ptr, K, EVENT, OP: tl.constexpr, SEM: tl.constexpr, TRACE: tl.constexpr):
+    """K dependent remote atomics on the peer's counter (each value depends on the last old value).
+
+    ``TRACE``: record the chain as event ``EVENT`` (target rank: the peer; bytes: each atomic's word)."""
     ctx = Context.initialize(context_ptr)
+    tr = imt.Tracing.initialize(context_ptr, TRACE)
     peer = (ctx.rank + 1) % ctx.world_size
+    chain = tr.record_start(EVENT, peer, K * (counter.dtype.element_ty.primitive_bitwidth // 8))
     v = 1
     for _ in range(K):
         if OP == "cas":
@@ -104,15 +126,20 @@ def atomic_chain_kernel(counter, context_ptr, K, OP: tl.constexpr, SEM: tl.const
         else:
             old = ctx.atomic_add(counter, v, peer, sem=SEM)
         v = 1 + (old >> 30)  # counters stay below 2**30: always 1, but not foldable
+    tr.record_end(chain)
 
 
 @imt.interpret()
 @triton.jit
-def atomic_throughput_kernel(counters, context_ptr, REPS: tl.constexpr, LANES: tl.constexpr, CONTENDED: tl.constexpr,
-                             SEM: tl.constexpr):  # fmt: skip
-    """Every lane of every program adds 1 REPS times to the peer's counters (distinct words, or one)."""
+def atomic_throughput_kernel(counters, context_ptr, EVENT, REPS: tl.constexpr, LANES: tl.constexpr,
+                             CONTENDED: tl.constexpr, SEM: tl.constexpr, TRACE: tl.constexpr):  # fmt: skip
+    """Every lane of every program adds 1 REPS times to the peer's counters (distinct words, or one).
+
+    ``TRACE``: record each program's adds as event ``EVENT`` (target rank: the peer; bytes: each add's word)."""
     ctx = Context.initialize(context_ptr)
+    tr = imt.Tracing.initialize(context_ptr, TRACE)
     peer = (ctx.rank + 1) % ctx.world_size
+    batch = tr.record_start(EVENT, peer, REPS * LANES * (counters.dtype.element_ty.primitive_bitwidth // 8))
     lane = tl.arange(0, LANES)
     if CONTENDED:
         ptrs = counters + lane * 0
@@ -120,6 +147,9 @@ def atomic_throughput_kernel(counters, context_ptr, REPS: tl.constexpr, LANES: t
         ptrs = counters + tl.program_id(0) * LANES + lane
     for _ in range(REPS):
         ctx.atomic_add(ptrs, 1, peer, sem=SEM)
+    if TRACE:
+        tl.debug_barrier()  # every lane's adds
+    tr.record_end(batch)
 
 
 # -- options ---------------------------------------------------------------------------------------
@@ -180,8 +210,10 @@ def _buffers(rank, heap, opts):
     return src, dst, counters
 
 
-def _measure(rank, world_size, opts, heap, src, dst, counters):
-    """This rank's rows (run while the other ranks wait, unless --concurrent)."""
+def _measure(rank, world_size, opts, heap, src, dst, counters, tracing, events):
+    """This rank's rows (run while the other ranks wait, unless --concurrent); ``tracing`` (a
+    ``trace.Session``) and ``events`` (trace event id by case) for --trace."""
+    on = tracing.on
     device, dtype = heap.device, getattr(torch, opts["dtype"])
     elem = torch.empty((), dtype=dtype).element_size()
     block, warps, wide = opts["block"], opts["num_warps"], opts["index"] == "int64"
@@ -199,9 +231,9 @@ def _measure(rank, world_size, opts, heap, src, dst, counters):
                 s, d, n, BLOCK=block, WIDE=wide, num_warps=warps
             ),
         }
-        for op in ("load", "store", "get", "put", "copy"):
+        for op in COPY_OPS:
             cases[f"remote {op}"] = lambda s=s, d=d, n=n, g=grid, op=op: remote_copy_kernel[g](
-                s, d, n, heap.context, OP=op, BLOCK=block, WIDE=wide, num_warps=warps
+                s, d, n, heap.context, events[op], OP=op, BLOCK=block, WIDE=wide, TRACE=on, num_warps=warps
             )
         times = {name: _time_ms(fn, device, iters, warmup, opts["reps"]) for name, fn in cases.items()}
         local = times["triton local copy"]
@@ -210,7 +242,9 @@ def _measure(rank, world_size, opts, heap, src, dst, counters):
                          "GBps": 2 * size / (ms * 1e-3) / 1e9, "ratio_vs_local": local / ms})  # fmt: skip
     k = opts["atomic_chain"] if gpu else 20
     for op, sem in (("add", "relaxed"), ("add", "acq_rel"), ("cas", "acq_rel")):
-        chain = lambda op=op, sem=sem: atomic_chain_kernel[(1,)](counters, heap.context, k, OP=op, SEM=sem)  # noqa: E731
+        chain = lambda op=op, sem=sem: atomic_chain_kernel[(1,)](  # noqa: E731
+            counters, heap.context, k, events["chain"], OP=op, SEM=sem, TRACE=on
+        )
         ms = _time_ms(chain, device, 5 if gpu else 1, 1)
         rows.append(
             {
@@ -228,8 +262,8 @@ def _measure(rank, world_size, opts, heap, src, dst, counters):
 
             def fn(contended=contended, sem=sem):
                 atomic_throughput_kernel[(programs,)](
-                    counters, heap.context, REPS=reps, LANES=lanes, CONTENDED=contended, SEM=sem
-                )
+                    counters, heap.context, events["batch"], REPS=reps, LANES=lanes, CONTENDED=contended,
+                    SEM=sem, TRACE=on)  # fmt: skip
 
             ms = _time_ms(fn, device, 5 if gpu else 1, 1)
             ops = programs * lanes * reps
@@ -240,21 +274,29 @@ def _measure(rank, world_size, opts, heap, src, dst, counters):
 
 def rank_main(args: argparse.Namespace) -> dict:
     opts = vars(args)
-    heap = iris.heap.init(opts["heap_size"])
+    heap = iris.heap.init(opts["heap_size"] + trace.heap_bytes(args))
     try:
         rank, world_size = heap.rank, heap.world_size
         buffers = _buffers(rank, heap, opts)
         rows = None
-        if opts["concurrent"]:
-            heap.barrier()
-            rows = _measure(rank, world_size, opts, heap, *buffers)
-            heap.barrier()
-        else:  # only one rank measures at a time; the others hold their buffers and wait
-            for turn in range(world_size if opts["all_turns"] else 1):
+        with trace.session(heap, args) as tracing:  # --trace: recorded, exported on success
+            # every rank names the events, in one order (a collective), whether or not it measures
+            events = {op: tracing.event(f"remote {op}") for op in COPY_OPS}
+            events.update(chain=tracing.event("atomic chain"), batch=tracing.event("atomic batch"))
+
+            def measure():
+                return _measure(rank, world_size, opts, heap, *buffers, tracing, events)
+
+            if opts["concurrent"]:
                 heap.barrier()
-                if rank == turn:
-                    rows = _measure(rank, world_size, opts, heap, *buffers)
+                rows = measure()
                 heap.barrier()
+            else:  # only one rank measures at a time; the others hold their buffers and wait
+                for turn in range(world_size if opts["all_turns"] else 1):
+                    heap.barrier()
+                    if rank == turn:
+                        rows = measure()
+                    heap.barrier()
         for t in buffers:
             heap.free(t)
         return {"rank": rank, "device": str(heap.device), "rows": rows}

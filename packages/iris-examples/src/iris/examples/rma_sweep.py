@@ -6,6 +6,10 @@ move the same bytes: a Triton copy kernel of ``W * size`` bytes and ``torch.Tens
 Bandwidth counts bytes read plus bytes written (``2 * W * size`` per call for each of them), so
 "vs local copy" is the fraction of the local copy rate that the remote traffic reaches.
 Every size is checked against torch after its timed calls.
+
+With ``--trace`` every program of the remote kernel records one event (the operation's: target
+rank the peer, bytes what the program moved), warm-up and timed calls alike, so the timed calls
+include the tracing; the local baselines are not traced.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import triton.language as tl
 import iris.heap
 import iris.mem.gluon as img
 
-from . import environment, tables, timing, validation
+from . import environment, tables, timing, trace, validation
 from .options import positive_int
 from .units import format_bytes, size_type
 
@@ -33,14 +37,17 @@ __all__ = ["Operation", "add_arguments", "payload", "report", "run"]
 class Operation:
     """One remote operation in the sweep.
 
-    ``launch(heap, src, dst, n, block, backend, num_warps)`` moves the buffers once, leaving row
-    j of ``dst`` (W rows of n) equal to rank j's ``src``; ``dst_on_heap`` says whether ``dst``
-    lives on the heap (all-store writes into peers) or may be local (all-load reads peers into it).
+    ``launch(heap, src, dst, n, block, backend, num_warps, event, trace)`` moves the buffers once,
+    leaving row j of ``dst`` (W rows of n) equal to rank j's ``src``; with ``trace`` (the kernel's
+    ``TRACE`` constexpr) each program records ``event`` (the id of ``Operation.event``: target rank
+    the peer, bytes what the program moved). ``dst_on_heap`` says whether ``dst`` lives on the heap
+    (all-store writes into peers) or may be local (all-load reads peers into it).
     """
 
     name: str
     launch: Callable
     dst_on_heap: bool
+    event: str
 
 
 @triton.jit
@@ -78,7 +85,9 @@ def run(args: argparse.Namespace, op: Operation) -> dict:
     sizes = sorted(set(args.sizes))
     biggest = sizes[-1] // 4
     world_size = args.ranks
-    heap = iris.heap.init(biggest * 4 * (1 + (world_size if op.dst_on_heap else 0)) + (1 << 20))
+    heap = iris.heap.init(
+        biggest * 4 * (1 + (world_size if op.dst_on_heap else 0)) + (1 << 20) + trace.heap_bytes(args)
+    )
     try:
         rank, device, gpu = heap.rank, heap.device, heap.device.type == "cuda"
         src_all = heap.empty(biggest)
@@ -88,7 +97,9 @@ def run(args: argparse.Namespace, op: Operation) -> dict:
         copy_src = torch.empty(world_size * biggest, device=device)
         copy_dst = torch.empty(world_size * biggest, device=device)
         rows, mismatches = [], []
-        with tables.progress(f"{op.name} sweep", len(sizes), enabled=rank == 0) as bar:
+        progress = tables.progress(f"{op.name} sweep", len(sizes), enabled=rank == 0)
+        with trace.session(heap, args) as tracing, progress as bar:  # --trace: exported on success
+            event = tracing.event(op.event)
             for size in sizes:
                 n = size // 4
                 src, dst = src_all[:n], dst_all[: world_size * n]
@@ -98,7 +109,7 @@ def run(args: argparse.Namespace, op: Operation) -> dict:
                 grid = (triton.cdiv(world_size * n, args.block),)
                 cases = {
                     op.name: lambda src=src, dst=dst, n=n: op.launch(
-                        heap, src, dst, n, args.block, args.backend, args.num_warps
+                        heap, src, dst, n, args.block, args.backend, args.num_warps, event, tracing.on
                     ),
                     "triton local copy": lambda a=a, b=b, grid=grid: local_copy_kernel[grid](
                         a, b, a.numel(), BLOCK=args.block, num_warps=args.num_warps

@@ -33,7 +33,8 @@ DEFAULT_EVENTS = 1 << 18  # 16 MiB of heap per rank
 
 def add_arguments(group) -> None:
     group.add_argument("--trace", metavar="FILE", default=None,
-                       help="record device events and write the merged Chrome trace (Perfetto, trace-view) here")  # fmt: skip
+                       help="record device events and write the merged Chrome trace (Perfetto, trace-view) here; "
+                       "timed figures then include the tracing's own cost")  # fmt: skip
     group.add_argument("--trace-events", type=positive_int, default=DEFAULT_EVENTS, metavar="N",
                        help=f"events each rank's trace buffer holds (default {DEFAULT_EVENTS}); "
                        "later ones are counted as dropped")  # fmt: skip

@@ -28,7 +28,7 @@ def _roofline(rank, world_size):
 
     heap = iris.heap.init(1 << 20)
     try:
-        return copy_roofline(1 << 16, heap.device, iters=2)
+        return copy_roofline(1 << 16, heap, iters=2)
     finally:
         heap.close()
 

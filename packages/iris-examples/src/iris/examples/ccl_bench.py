@@ -4,9 +4,10 @@ For each collective (and all_reduce variant) and size per rank: the time per cal
 tensors (asynchronous calls, errors checked once after the timed loop), the effective
 memory traffic (the least that any algorithm must read and write, summed over ranks, below), and
 that traffic over the copy roofline: the bandwidth of ``torch.Tensor.copy_`` of the same size,
-timed on each device with the device to itself and summed over distinct devices, in the same
-run (``copy_ roofline GB/s`` counts bytes read plus written). Ranks sharing one GPU share its
-bandwidth, so their roofline is that one GPU's copy rate. Run ranks sharing a GPU under MPS.
+timed on each device with the device to itself and summed over devices, in the same run
+(``copy_ roofline GB/s`` counts bytes read plus written). Ranks sharing one GPU share its
+bandwidth, so their roofline is that one GPU's copy rate (``heap.ranks_per_device`` says how many
+share each). Run ranks sharing a GPU under MPS.
 Before the timed calls, every collective at every size is checked against torch once, on inputs
 whose sums are exact in fp32.
 
@@ -39,8 +40,7 @@ this one, so that file is gone and this entry is the benchmark.)
 from __future__ import annotations
 
 import argparse
-import platform
-import statistics
+import functools
 import time
 
 import torch
@@ -77,16 +77,18 @@ def traffic(name: str, n: int, w: int) -> int:
     return 2 * n * w  # all_reduce, all_to_all: w inputs read, w outputs written
 
 
-def copy_roofline(nbytes: int, device: torch.device, iters: int, reps: int = 1) -> float:
+def copy_roofline(nbytes: int, heap, iters: int, reps: int = 1) -> float:
     """Bytes per second (read + written) that ``torch.Tensor.copy_`` reaches on the ranks' devices.
 
-    Collective: every rank times a copy of ``nbytes`` with the device to itself (the others wait
-    at a host barrier), then the figures of distinct devices are summed. Ranks sharing one GPU
-    share its memory bandwidth, so the roofline is that GPU's copy rate, not one rank's share
-    of it while the others also copy.
+    Collective: every rank times a copy of ``nbytes`` on its device with the device to itself
+    (the others wait at a host barrier); a device's rate is the mean of its ranks' figures, and the
+    roofline is the sum over devices (each rank adds its figure over ``heap.ranks_per_device``).
+    Ranks sharing one GPU share its memory bandwidth, so the roofline is that GPU's copy rate,
+    not one rank's share of it while the others also copy.
     """
     import torch.distributed as dist
 
+    device = heap.device
     a, b = torch.empty(nbytes // 4, device=device), torch.empty(nbytes // 4, device=device)
     mine = None
     for turn in range(dist.get_world_size()):
@@ -96,17 +98,9 @@ def copy_roofline(nbytes: int, device: torch.device, iters: int, reps: int = 1) 
                 2 * nbytes / timing.time_launches(lambda: b.copy_(a), reps=reps, iters=iters, warmup=3, device=device)
             )
     dist.barrier()
-    if device.type == "cuda":
-        props = torch.cuda.get_device_properties(device)  # the UUID names the GPU, whatever CUDA_VISIBLE_DEVICES says
-        key = str(getattr(props, "uuid", None) or f"{props.name} #{device.index}")
-    else:
-        key = f"host {platform.node()}"  # CPU ranks of one host share its memory
     everyone = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, (key, mine))
-    per_device: dict[str, list[float]] = {}
-    for k, bw in everyone:
-        per_device.setdefault(k, []).append(bw)
-    return sum(statistics.median(v) for v in per_device.values())
+    dist.all_gather_object(everyone, mine / heap.ranks_per_device)
+    return sum(everyone)
 
 
 def _input(rank: int, n: int, device="cpu") -> torch.Tensor:
@@ -162,23 +156,18 @@ def check_arguments(args: argparse.Namespace) -> None:
 
 
 def _calls(x, out, part, n, cfg, nccl=None):
+    """Per collective, a call of it on this rank's buffers: iris.ccl's with ``cfg``, or with
+    ``nccl`` (a process group) torch.distributed's on the same arguments."""
+    args = {"all_reduce": (x,), "all_gather": (out, x), "reduce_scatter": (part, x), "all_to_all": (out[:n], x),
+            "broadcast": (x, 0)}  # fmt: skip
+    if nccl is None:
+        return {name: functools.partial(getattr(ccl, name), *a, config=cfg) for name, a in args.items()}
     import torch.distributed as dist
 
-    if nccl is not None:
-        return {
-            "all_reduce": lambda: dist.all_reduce(x, group=nccl),
-            "all_gather": lambda: dist.all_gather_into_tensor(out, x, group=nccl),
-            "reduce_scatter": lambda: dist.reduce_scatter_tensor(part, x, group=nccl),
-            "all_to_all": lambda: dist.all_to_all_single(out[:n], x, group=nccl),
-            "broadcast": lambda: dist.broadcast(x, 0, group=nccl),
-        }
-    return {
-        "all_reduce": lambda: ccl.all_reduce(x, config=cfg),
-        "all_gather": lambda: ccl.all_gather(out, x, config=cfg),
-        "reduce_scatter": lambda: ccl.reduce_scatter(part, x, config=cfg),
-        "all_to_all": lambda: ccl.all_to_all(out[:n], x, config=cfg),
-        "broadcast": lambda: ccl.broadcast(x, 0, config=cfg),
-    }
+    torch_calls = {"all_reduce": dist.all_reduce, "all_gather": dist.all_gather_into_tensor,
+                   "reduce_scatter": dist.reduce_scatter_tensor, "all_to_all": dist.all_to_all_single,
+                   "broadcast": dist.broadcast}  # fmt: skip
+    return {name: functools.partial(torch_calls[name], *a, group=nccl) for name, a in args.items()}
 
 
 def _host_seconds(fn, calls: int, device, agree) -> float:
@@ -241,14 +230,14 @@ def rank_main(args: argparse.Namespace) -> dict:
         def timed(fn, iters):  # every rank times the same calls at once
             return timing.time_launches(fn, reps=args.reps, iters=iters, warmup=3, device=dev, agree=agree)
 
-        if dev.type == "cuda" and torch.cuda.device_count() >= w and w > 1:
+        if dev.type == "cuda" and w > 1 and heap.ranks_per_device == 1:  # NCCL needs a GPU per rank
             torch.cuda.set_device(dev)
             nccl = dist.new_group(backend="nccl")
         rows, mismatches = [], []
         with tables.progress("ccl-bench", len(sizes) * len(args.collectives), enabled=rank == 0) as bar:
             for nbytes in sizes:
                 n = nbytes // 4
-                copy_bw = copy_roofline(nbytes, dev, args.iters, args.reps)
+                copy_bw = copy_roofline(nbytes, heap, args.iters, args.reps)
                 x = heap.empty(n)
                 out = heap.empty(w * n)  # on the heap, as a user after speed keeps it: all_gather pushes
                 part = torch.empty(n // w, device=dev)

@@ -318,18 +318,6 @@ def check_arguments(args: argparse.Namespace) -> None:
 # -- one rank ---------------------------------------------------------------------------------------
 
 
-def _ranks_per_device(heap) -> int:
-    """How many ranks of the heap share this rank's GPU (1 on CPU ranks)."""
-    if heap.device.type != "cuda" or heap.world_size == 1:
-        return 1
-    import torch.distributed as dist
-
-    me = str(torch.cuda.get_device_properties(heap.device).uuid)
-    everyone = [None] * heap.world_size
-    dist.all_gather_object(everyone, me, group=heap.group)
-    return everyone.count(me)
-
-
 def _inputs(shape, dtype, device, seed, rank, w):
     """A (M x K) and this rank's columns of B (K x N/W), the same bits on every rank; and the full B."""
     m, n, k = shape
@@ -387,7 +375,7 @@ def rank_main(args: argparse.Namespace) -> dict:
         ccl.barrier(heap=heap)
         rank, dev = heap.rank, heap.device
         tiles = _tiles(args, _target(dev))
-        sharing = _ranks_per_device(heap)
+        sharing = heap.ranks_per_device
         nccl = None
         if dev.type == "cuda" and w > 1 and sharing == 1:
             nccl = dist.new_group(backend="nccl")

@@ -6,8 +6,8 @@ On a GPU it times calls with CUDA events, in one of two ways:
   enqueue all ``reps`` calls behind it, then times those calls, so the figure is the device time
   of the calls back to back, without the host's launch path in it (a Triton launch costs an H200
   host tens of microseconds, more than a 64 MiB copy takes there). The spin is
-  ``torch.cuda._sleep``, a private torch API: it lives here, in the examples, not in a layer
-  every user installs.
+  ``torch.cuda._sleep``, a private torch API (reached through ``iris.examples._internals``): it
+  lives in the examples, not in a layer every user installs.
 - **one call at a time** (``queued=False``): events around each sample's calls and no spin, so
   on an idle GPU the figure counts the host's launch path too (what a program that waits for
   each call sees).
@@ -24,19 +24,21 @@ from collections.abc import Callable
 
 import torch
 
+from . import _internals
+
 __all__ = ["max_over_ranks", "time_launches"]
 
 _spin_cycles_per_s: dict = {}
 
 
 def _spin_rate(device) -> float:
-    """Cycles per second of ``torch.cuda._sleep`` on ``device`` (measured once per process)."""
+    """Cycles per second of the spin (``_internals.spin``) on ``device`` (measured once per process)."""
     if device not in _spin_cycles_per_s:
         cycles = 2_000_000
-        torch.cuda._sleep(cycles)  # first launch loads the kernel
+        _internals.spin(cycles)  # first launch loads the kernel
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        torch.cuda._sleep(cycles)
+        _internals.spin(cycles)
         end.record()
         end.synchronize()
         _spin_cycles_per_s[device] = cycles / (start.elapsed_time(end) * 1e-3)
@@ -108,7 +110,7 @@ def time_launches(fn: Callable[[], object], *, reps: int = 5, iters: int = 10, w
             if agree is not None:
                 spin = float(agree(spin))  # also lines the ranks up for this sample
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            torch.cuda._sleep(int(spin * rate))
+            _internals.spin(spin * rate)
             if agree is not None:
                 fn()  # lines the ranks' streams up (see above); not timed
             start.record()

@@ -49,22 +49,8 @@ from .ops import clock_ns
 
 __all__ = ["Tracing", "device_clock", "trace_state", "record_start", "record_end", "record_instant"]
 
-# The trace buffer's names in the context and its layout (iris.heap.context), as constexprs; the
-# context's own (ops._RANK, ...) are ops's.
-_TRACE_BUFFER = tl.constexpr(_abi.EXT_TRACE_BUFFER)  # extensions: offsets after the W bases
-_TRACE_CAPACITY = tl.constexpr(_abi.EXT_TRACE_CAPACITY)
-_CLAIMED = tl.constexpr(_abi.TRACE_CLAIMED)  # the buffer's header
-_HEADER_WORDS = tl.constexpr(_abi.TRACE_HEADER_WORDS)
-_EVENT_WORDS = tl.constexpr(_abi.TRACE_EVENT_WORDS)
-_START = tl.constexpr(_abi.EVENT_START_NS)  # the words of an event
-_END = tl.constexpr(_abi.EVENT_END_NS)
-_ID = tl.constexpr(_abi.EVENT_ID)
-_PROGRAM = tl.constexpr(_abi.EVENT_PROGRAM)
-_SM = tl.constexpr(_abi.EVENT_SM)
-_EVENT_RANK = tl.constexpr(_abi.EVENT_RANK)
-_TARGET_RANK = tl.constexpr(_abi.EVENT_TARGET_RANK)
-_BYTES = tl.constexpr(_abi.EVENT_BYTES)
-_INSTANT = tl.constexpr(_abi.EVENT_INSTANT)
+# Device code reads the context and the buffer's layout as attributes of iris.heap.context (_abi.*):
+# the code generator takes a module's int attributes as constants, on triton 3.6 and 3.9.
 
 #: Inline assembly that reads the multiprocessor id, per code generator backend: a list of
 #: (asm, constraint) whose results combine as ``sum(r_i << shift_i)``. NVIDIA: the SM. AMD: the
@@ -134,10 +120,11 @@ def trace_state(context_ptr):
     (disabled, or the heap closed), and the record functions then do nothing.
     """
     ext = ops._extensions(context_ptr)
-    capacity = tl.load(ext + _TRACE_CAPACITY)
-    capacity = tl.where(tl.load(ext + ops._STATUS) == ops._STATUS_CLOSED, 0, capacity)  # a closed heap's buffer is gone
-    buffer = tl.load(ext + _TRACE_BUFFER).to(tl.pointer_type(tl.int64), bitcast=True)
-    return buffer, capacity, tl.load(context_ptr + ops._RANK)
+    capacity = tl.load(ext + _abi.EXT_TRACE_CAPACITY)
+    closed = tl.load(ext + _abi.EXT_STATUS) == _abi.STATUS_CLOSED
+    capacity = tl.where(closed, 0, capacity)  # a closed heap's buffer is gone
+    buffer = tl.load(ext + _abi.EXT_TRACE_BUFFER).to(tl.pointer_type(tl.int64), bitcast=True)
+    return buffer, capacity, tl.load(context_ptr + _abi.RANK_INDEX)
 
 
 @triton.jit
@@ -145,7 +132,7 @@ def _claim(buffer, capacity):
     """A slot of the buffer for one event, or -1 (tracing off, or the buffer full: dropped)."""
     slot = capacity * 0 - 1
     if capacity > 0:
-        claimed = tl.atomic_add(buffer + _CLAIMED, 1, sem="relaxed", scope="gpu")
+        claimed = tl.atomic_add(buffer + _abi.TRACE_CLAIMED, 1, sem="relaxed", scope="gpu")
         if claimed < capacity:
             slot = claimed
     return slot
@@ -153,18 +140,18 @@ def _claim(buffer, capacity):
 
 @triton.jit
 def _event_ptr(buffer, slot):
-    return buffer + _HEADER_WORDS + slot * _EVENT_WORDS
+    return buffer + _abi.TRACE_HEADER_WORDS + slot * _abi.TRACE_EVENT_WORDS
 
 
 @triton.jit
 def _describe(event, id_word, rank, target_rank, nbytes):
     """Every word of a claimed event but its times."""
-    tl.store(event + _ID, id_word)
-    tl.store(event + _PROGRAM, program_id())
-    tl.store(event + _SM, sm_id())
-    tl.store(event + _EVENT_RANK, tl.cast(rank, tl.int64))
-    tl.store(event + _TARGET_RANK, tl.cast(target_rank, tl.int64))
-    tl.store(event + _BYTES, tl.cast(nbytes, tl.int64))
+    tl.store(event + _abi.EVENT_ID, id_word)
+    tl.store(event + _abi.EVENT_PROGRAM, program_id())
+    tl.store(event + _abi.EVENT_SM, sm_id())
+    tl.store(event + _abi.EVENT_RANK, tl.cast(rank, tl.int64))
+    tl.store(event + _abi.EVENT_TARGET_RANK, tl.cast(target_rank, tl.int64))
+    tl.store(event + _abi.EVENT_BYTES, tl.cast(nbytes, tl.int64))
 
 
 @triton.jit
@@ -178,7 +165,7 @@ def record_start(buffer, capacity, rank, event_id, target_rank, nbytes):
     if slot >= 0:
         event = _event_ptr(buffer, slot)
         _describe(event, tl.cast(event_id, tl.int64), rank, target_rank, nbytes)
-        tl.store(event + _START, clock_ns())
+        tl.store(event + _abi.EVENT_START_NS, clock_ns())
     return slot
 
 
@@ -187,7 +174,7 @@ def record_end(buffer, capacity, handle):
     """End the event ``handle`` (from ``record_start``): its end time; nothing for a handle of -1."""
     if (handle >= 0) & (handle < capacity):
         now = clock_ns()
-        tl.store(_event_ptr(buffer, handle) + _END, now)
+        tl.store(_event_ptr(buffer, handle) + _abi.EVENT_END_NS, now)
 
 
 @triton.jit
@@ -198,9 +185,9 @@ def record_instant(buffer, capacity, rank, event_id, target_rank, nbytes):
     slot = _claim(buffer, capacity)
     if slot >= 0:
         event = _event_ptr(buffer, slot)
-        _describe(event, tl.cast(event_id, tl.int64) + _INSTANT, rank, target_rank, nbytes)
-        tl.store(event + _START, now)
-        tl.store(event + _END, now)
+        _describe(event, tl.cast(event_id, tl.int64) + _abi.EVENT_INSTANT, rank, target_rank, nbytes)
+        tl.store(event + _abi.EVENT_START_NS, now)
+        tl.store(event + _abi.EVENT_END_NS, now)
 
 
 # -- the aggregate ---------------------------------------------------------------------------------

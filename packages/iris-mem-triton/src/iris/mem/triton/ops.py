@@ -166,14 +166,73 @@ def copy(src, dst, cur_rank, from_rank, to_rank, heap_bases, mask=None, other=No
 # -- atomics -------------------------------------------------------------------------------------
 
 
+@triton.constexpr_function
+def _unsigned_of(dtype):
+    return {32: tl.uint32, 64: tl.uint64}[dtype.primitive_bitwidth]
+
+
+@triton.constexpr_function
+def _is_wide_float(dtype):
+    return dtype.is_floating() and dtype.primitive_bitwidth in (32, 64)
+
+
+@triton.jit
+def _float_extremum(dst, val, mask, sem: tl.constexpr, scope: tl.constexpr, IS_MIN: tl.constexpr):
+    """fp32/fp64 min/max on the bits: signed integer order for non-negative values, reversed
+    unsigned order for negative ones. (Triton 3.6's own float min/max returns wrong old values
+    under the interpreter.)"""
+    elem: tl.constexpr = dst.dtype.element_ty
+    ity: tl.constexpr = _bits_of(elem)
+    uty: tl.constexpr = _unsigned_of(elem)
+    v, dst = tl.broadcast(tl.cast(val, elem), dst)
+    iv = v.to(ity, bitcast=True)
+    uv = v.to(uty, bitcast=True)
+    pos = iv >= 0
+    neg = iv < 0
+    if mask is not None:
+        pos = pos & mask
+        neg = neg & mask
+    i_dst = dst.to(tl.pointer_type(ity), bitcast=True)
+    u_dst = dst.to(tl.pointer_type(uty), bitcast=True)
+    if IS_MIN:
+        pos_old = tl.atomic_min(i_dst, iv, mask=pos, sem=sem, scope=scope)
+        neg_old = tl.atomic_max(u_dst, uv, mask=neg, sem=sem, scope=scope)
+    else:
+        pos_old = tl.atomic_max(i_dst, iv, mask=pos, sem=sem, scope=scope)
+        neg_old = tl.atomic_min(u_dst, uv, mask=neg, sem=sem, scope=scope)
+    old = tl.where(iv >= 0, pos_old, neg_old.to(ity, bitcast=True))
+    return old.to(elem, bitcast=True)
+
+
+@triton.jit
+def _rmw(ptr, val, cur_rank, to_rank, heap_bases, mask, sem: tl.constexpr, scope: tl.constexpr, OP: tl.constexpr):
+    """The read-modify-write atomic ``OP`` (``"atomic_add"``, ``"atomic_and"``, ``"atomic_or"``,
+    ``"atomic_xor"``, ``"atomic_min"`` or ``"atomic_max"``) on ``to_rank``'s copy of ``ptr``; the old value."""
+    check_atomic(ptr.dtype.element_ty, OP)
+    dst = translate(ptr, cur_rank, to_rank, heap_bases)
+    if OP == "atomic_add":
+        old = tl.atomic_add(dst, val, mask=mask, sem=_sem(sem), scope=_scope(scope))
+    elif OP == "atomic_and":
+        old = tl.atomic_and(dst, val, mask=mask, sem=_sem(sem), scope=_scope(scope))
+    elif OP == "atomic_or":
+        old = tl.atomic_or(dst, val, mask=mask, sem=_sem(sem), scope=_scope(scope))
+    elif OP == "atomic_xor":
+        old = tl.atomic_xor(dst, val, mask=mask, sem=_sem(sem), scope=_scope(scope))
+    elif _is_wide_float(ptr.dtype.element_ty):  # min or max of fp32/fp64
+        old = _float_extremum(dst, val, mask, _sem(sem), _scope(scope), OP == "atomic_min")
+    elif OP == "atomic_min":
+        old = tl.atomic_min(dst, val, mask=mask, sem=_sem(sem), scope=_scope(scope))
+    else:
+        old = tl.atomic_max(dst, val, mask=mask, sem=_sem(sem), scope=_scope(scope))
+    return old
+
+
 @triton.jit
 def atomic_add(
     ptr, val, cur_rank, to_rank, heap_bases, mask=None, sem: tl.constexpr = None, scope: tl.constexpr = None
 ):
     """Atomically add ``val`` to ``to_rank``'s copy of ``ptr``; returns the old value."""
-    check_atomic(ptr.dtype.element_ty, "atomic_add")
-    dst = translate(ptr, cur_rank, to_rank, heap_bases)
-    return tl.atomic_add(dst, val, mask=mask, sem=_sem(sem), scope=_scope(scope))
+    return _rmw(ptr, val, cur_rank, to_rank, heap_bases, mask, sem, scope, "atomic_add")
 
 
 @triton.jit
@@ -229,17 +288,13 @@ def atomic_and(
     ptr, val, cur_rank, to_rank, heap_bases, mask=None, sem: tl.constexpr = None, scope: tl.constexpr = None
 ):
     """Atomic bitwise and into ``to_rank``'s copy of ``ptr``; returns the old value."""
-    check_atomic(ptr.dtype.element_ty, "atomic_and")
-    dst = translate(ptr, cur_rank, to_rank, heap_bases)
-    return tl.atomic_and(dst, val, mask=mask, sem=_sem(sem), scope=_scope(scope))
+    return _rmw(ptr, val, cur_rank, to_rank, heap_bases, mask, sem, scope, "atomic_and")
 
 
 @triton.jit
 def atomic_or(ptr, val, cur_rank, to_rank, heap_bases, mask=None, sem: tl.constexpr = None, scope: tl.constexpr = None):
     """Atomic bitwise or into ``to_rank``'s copy of ``ptr``; returns the old value."""
-    check_atomic(ptr.dtype.element_ty, "atomic_or")
-    dst = translate(ptr, cur_rank, to_rank, heap_bases)
-    return tl.atomic_or(dst, val, mask=mask, sem=_sem(sem), scope=_scope(scope))
+    return _rmw(ptr, val, cur_rank, to_rank, heap_bases, mask, sem, scope, "atomic_or")
 
 
 @triton.jit
@@ -247,47 +302,7 @@ def atomic_xor(
     ptr, val, cur_rank, to_rank, heap_bases, mask=None, sem: tl.constexpr = None, scope: tl.constexpr = None
 ):
     """Atomic bitwise xor into ``to_rank``'s copy of ``ptr``; returns the old value."""
-    check_atomic(ptr.dtype.element_ty, "atomic_xor")
-    dst = translate(ptr, cur_rank, to_rank, heap_bases)
-    return tl.atomic_xor(dst, val, mask=mask, sem=_sem(sem), scope=_scope(scope))
-
-
-@triton.constexpr_function
-def _unsigned_of(dtype):
-    return {32: tl.uint32, 64: tl.uint64}[dtype.primitive_bitwidth]
-
-
-@triton.constexpr_function
-def _is_wide_float(dtype):
-    return dtype.is_floating() and dtype.primitive_bitwidth in (32, 64)
-
-
-@triton.jit
-def _float_extremum(dst, val, mask, sem: tl.constexpr, scope: tl.constexpr, IS_MIN: tl.constexpr):
-    """fp32/fp64 min/max on the bits: signed integer order for non-negative values, reversed
-    unsigned order for negative ones. (Triton 3.6's own float min/max returns wrong old values
-    under the interpreter.)"""
-    elem: tl.constexpr = dst.dtype.element_ty
-    ity: tl.constexpr = _bits_of(elem)
-    uty: tl.constexpr = _unsigned_of(elem)
-    v, dst = tl.broadcast(tl.cast(val, elem), dst)
-    iv = v.to(ity, bitcast=True)
-    uv = v.to(uty, bitcast=True)
-    pos = iv >= 0
-    neg = iv < 0
-    if mask is not None:
-        pos = pos & mask
-        neg = neg & mask
-    i_dst = dst.to(tl.pointer_type(ity), bitcast=True)
-    u_dst = dst.to(tl.pointer_type(uty), bitcast=True)
-    if IS_MIN:
-        pos_old = tl.atomic_min(i_dst, iv, mask=pos, sem=sem, scope=scope)
-        neg_old = tl.atomic_max(u_dst, uv, mask=neg, sem=sem, scope=scope)
-    else:
-        pos_old = tl.atomic_max(i_dst, iv, mask=pos, sem=sem, scope=scope)
-        neg_old = tl.atomic_min(u_dst, uv, mask=neg, sem=sem, scope=scope)
-    old = tl.where(iv >= 0, pos_old, neg_old.to(ity, bitcast=True))
-    return old.to(elem, bitcast=True)
+    return _rmw(ptr, val, cur_rank, to_rank, heap_bases, mask, sem, scope, "atomic_xor")
 
 
 @triton.jit
@@ -295,13 +310,7 @@ def atomic_min(
     ptr, val, cur_rank, to_rank, heap_bases, mask=None, sem: tl.constexpr = None, scope: tl.constexpr = None
 ):
     """Atomic minimum into ``to_rank``'s copy of ``ptr``; returns the old value."""
-    check_atomic(ptr.dtype.element_ty, "atomic_min")
-    dst = translate(ptr, cur_rank, to_rank, heap_bases)
-    if _is_wide_float(ptr.dtype.element_ty):
-        old = _float_extremum(dst, val, mask, _sem(sem), _scope(scope), True)
-    else:
-        old = tl.atomic_min(dst, val, mask=mask, sem=_sem(sem), scope=_scope(scope))
-    return old
+    return _rmw(ptr, val, cur_rank, to_rank, heap_bases, mask, sem, scope, "atomic_min")
 
 
 @triton.jit
@@ -309,13 +318,7 @@ def atomic_max(
     ptr, val, cur_rank, to_rank, heap_bases, mask=None, sem: tl.constexpr = None, scope: tl.constexpr = None
 ):
     """Atomic maximum into ``to_rank``'s copy of ``ptr``; returns the old value."""
-    check_atomic(ptr.dtype.element_ty, "atomic_max")
-    dst = translate(ptr, cur_rank, to_rank, heap_bases)
-    if _is_wide_float(ptr.dtype.element_ty):
-        old = _float_extremum(dst, val, mask, _sem(sem), _scope(scope), False)
-    else:
-        old = tl.atomic_max(dst, val, mask=mask, sem=_sem(sem), scope=_scope(scope))
-    return old
+    return _rmw(ptr, val, cur_rank, to_rank, heap_bases, mask, sem, scope, "atomic_max")
 
 
 # -- the device clock and device errors ------------------------------------------------------------

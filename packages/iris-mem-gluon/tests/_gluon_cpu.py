@@ -66,21 +66,35 @@ def check_language(rank, world_size):
     assert stats[3::4].tolist() == [float(programs)] * programs
 
 
-@img.interpret()
 @gluon.jit
-def mma_v2_kernel(a_ptr, b_ptr, c_ptr, M: gl.constexpr, N: gl.constexpr, K: gl.constexpr,
-                  L2: gl.constexpr, MMA: gl.constexpr, DOT_A: gl.constexpr, DOT_B: gl.constexpr):  # fmt: skip
-    """c = 1 + a @ b on tensor cores from register operands (a: M x K, b: K x N, row-major)."""
+def _load_operands(a_ptr, b_ptr, M: gl.constexpr, N: gl.constexpr, K: gl.constexpr, L2: gl.constexpr,
+                   DOT_A: gl.constexpr, DOT_B: gl.constexpr):  # fmt: skip
+    """a (M x K) and b (K x N), row-major, loaded in L2 and converted to the dot operand layouts."""
     rows = gl.arange(0, M, layout=gl.SliceLayout(1, L2))
     ks = gl.arange(0, K, layout=gl.SliceLayout(0, L2))
     k_rows = gl.arange(0, K, layout=gl.SliceLayout(1, L2))
     cols = gl.arange(0, N, layout=gl.SliceLayout(0, L2))
     a = gl.convert_layout(gl.load(a_ptr + rows[:, None] * K + ks[None, :]), DOT_A)
     b = gl.convert_layout(gl.load(b_ptr + k_rows[:, None] * N + cols[None, :]), DOT_B)
+    return a, b
+
+
+@gluon.jit
+def _store_tile(c_ptr, acc, M: gl.constexpr, N: gl.constexpr, LAYOUT: gl.constexpr):
+    """Store the M x N tile ``acc`` (in LAYOUT) row-major at c_ptr."""
+    rows = gl.arange(0, M, layout=gl.SliceLayout(1, LAYOUT))
+    cols = gl.arange(0, N, layout=gl.SliceLayout(0, LAYOUT))
+    gl.store(c_ptr + rows[:, None] * N + cols[None, :], acc)
+
+
+@img.interpret()
+@gluon.jit
+def mma_v2_kernel(a_ptr, b_ptr, c_ptr, M: gl.constexpr, N: gl.constexpr, K: gl.constexpr,
+                  L2: gl.constexpr, MMA: gl.constexpr, DOT_A: gl.constexpr, DOT_B: gl.constexpr):  # fmt: skip
+    """c = 1 + a @ b on tensor cores from register operands (a: M x K, b: K x N, row-major)."""
+    a, b = _load_operands(a_ptr, b_ptr, M, N, K, L2, DOT_A, DOT_B)
     acc = gl.nvidia.ampere.mma_v2(a, b, gl.full([M, N], 1.0, gl.float32, MMA))
-    out_rows = gl.arange(0, M, layout=gl.SliceLayout(1, MMA))
-    out_cols = gl.arange(0, N, layout=gl.SliceLayout(0, MMA))
-    gl.store(c_ptr + out_rows[:, None] * N + out_cols[None, :], acc)
+    _store_tile(c_ptr, acc, M, N, MMA)
 
 
 def check_mma_v2(rank, world_size):
@@ -106,14 +120,9 @@ def check_mma_v2(rank, world_size):
 def dot_fma_kernel(a_ptr, b_ptr, c_ptr, M: gl.constexpr, N: gl.constexpr, K: gl.constexpr,
                    L2: gl.constexpr, DOT_A: gl.constexpr, DOT_B: gl.constexpr):  # fmt: skip
     """c = 1 + a @ b by FMA from register operands (a: M x K, b: K x N, row-major)."""
-    rows = gl.arange(0, M, layout=gl.SliceLayout(1, L2))
-    ks = gl.arange(0, K, layout=gl.SliceLayout(0, L2))
-    k_rows = gl.arange(0, K, layout=gl.SliceLayout(1, L2))
-    cols = gl.arange(0, N, layout=gl.SliceLayout(0, L2))
-    a = gl.convert_layout(gl.load(a_ptr + rows[:, None] * K + ks[None, :]), DOT_A)
-    b = gl.convert_layout(gl.load(b_ptr + k_rows[:, None] * N + cols[None, :]), DOT_B)
+    a, b = _load_operands(a_ptr, b_ptr, M, N, K, L2, DOT_A, DOT_B)
     acc = gl.dot_fma(a, b, gl.full([M, N], 1.0, gl.float32, L2))
-    gl.store(c_ptr + rows[:, None] * N + cols[None, :], acc)
+    _store_tile(c_ptr, acc, M, N, L2)
 
 
 def check_dot_fma(rank, world_size):

@@ -50,9 +50,19 @@ _BASES = gl.constexpr(abi.BASES_INDEX)
 
 
 @gluon.jit
-def _raw(context_ptr):
-    """rank, world_size, heap_bases straight from the context (the free-function API's inputs)."""
-    return gl.load(context_ptr + _RANK), gl.load(context_ptr + _WORLD_SIZE), context_ptr + _BASES
+def _apis(context_ptr):
+    """Both APIs' inputs: the ``Context``, and rank, world_size, heap_bases read straight from the context
+    (the free functions')."""
+    rank, world_size = gl.load(context_ptr + _RANK), gl.load(context_ptr + _WORLD_SIZE)
+    return Context.initialize(context_ptr), rank, world_size, context_ptr + _BASES
+
+
+@gluon.jit
+def _block(context_ptr, n_valid, N: gl.constexpr, L: gl.constexpr):
+    """``_apis``, then a block of N offsets in layout L and its mask (the first n_valid): the RMA kernels' inputs."""
+    ctx, rank, world_size, bases = _apis(context_ptr)
+    offs = gl.arange(0, N, layout=L)
+    return ctx, rank, world_size, bases, offs, offs < n_valid
 
 
 # -- load / store / get / put / copy -------------------------------------------------------------
@@ -63,10 +73,7 @@ def _raw(context_ptr):
 def load_kernel(src, out, context_ptr, n_valid, other, N: gl.constexpr, L: gl.constexpr, FREE: gl.constexpr,
                 CACHE: gl.constexpr = None, VOLATILE: gl.constexpr = False):  # fmt: skip
     """out[t] = rank t's src (other where offs >= n_valid), for every rank t."""
-    ctx = Context.initialize(context_ptr)
-    rank, world_size, bases = _raw(context_ptr)
-    offs = gl.arange(0, N, layout=L)
-    mask = offs < n_valid
+    ctx, rank, world_size, bases, offs, mask = _block(context_ptr, n_valid, N, L)
     for t in range(world_size):
         if FREE:
             v = img.load(src + offs, rank, t, bases, mask, other, CACHE, VOLATILE)
@@ -80,10 +87,7 @@ def load_kernel(src, out, context_ptr, n_valid, other, N: gl.constexpr, L: gl.co
 def store_kernel(src, dst, context_ptr, n_valid, N: gl.constexpr, L: gl.constexpr, FREE: gl.constexpr,
                  CACHE: gl.constexpr = None):  # fmt: skip
     """Rank t's dst[rank] = local src where offs < n_valid, for every rank t."""
-    ctx = Context.initialize(context_ptr)
-    rank, world_size, bases = _raw(context_ptr)
-    offs = gl.arange(0, N, layout=L)
-    mask = offs < n_valid
+    ctx, rank, world_size, bases, offs, mask = _block(context_ptr, n_valid, N, L)
     value = gl.load(src + offs)
     for t in range(world_size):
         if FREE:
@@ -97,10 +101,7 @@ def store_kernel(src, dst, context_ptr, n_valid, N: gl.constexpr, L: gl.constexp
 def get_kernel(src, dst, context_ptr, n_valid, other, N: gl.constexpr, L: gl.constexpr, FREE: gl.constexpr,
                HINT: gl.constexpr = None):  # fmt: skip
     """Local dst[t] = rank t's src where offs < n_valid, for every rank t."""
-    ctx = Context.initialize(context_ptr)
-    rank, world_size, bases = _raw(context_ptr)
-    offs = gl.arange(0, N, layout=L)
-    mask = offs < n_valid
+    ctx, rank, world_size, bases, offs, mask = _block(context_ptr, n_valid, N, L)
     for t in range(world_size):
         if FREE:
             img.get(src + offs, dst + t * N + offs, rank, t, bases, mask, other, HINT)
@@ -113,10 +114,7 @@ def get_kernel(src, dst, context_ptr, n_valid, other, N: gl.constexpr, L: gl.con
 def put_kernel(src, dst, context_ptr, n_valid, N: gl.constexpr, L: gl.constexpr, FREE: gl.constexpr,
                HINT: gl.constexpr = None):  # fmt: skip
     """Rank t's dst[rank] = local src where offs < n_valid, for every rank t."""
-    ctx = Context.initialize(context_ptr)
-    rank, world_size, bases = _raw(context_ptr)
-    offs = gl.arange(0, N, layout=L)
-    mask = offs < n_valid
+    ctx, rank, world_size, bases, offs, mask = _block(context_ptr, n_valid, N, L)
     for t in range(world_size):
         if FREE:
             img.put(src + offs, dst + rank * N + offs, rank, t, bases, mask, HINT)
@@ -128,10 +126,7 @@ def put_kernel(src, dst, context_ptr, n_valid, N: gl.constexpr, L: gl.constexpr,
 @gluon.jit
 def copy_kernel(src, dst, context_ptr, n_valid, other, N: gl.constexpr, L: gl.constexpr, FREE: gl.constexpr):
     """Rank b's dst[rank, a] = rank a's src where offs < n_valid, for every pair of ranks (a, b)."""
-    ctx = Context.initialize(context_ptr)
-    rank, world_size, bases = _raw(context_ptr)
-    offs = gl.arange(0, N, layout=L)
-    mask = offs < n_valid
+    ctx, rank, world_size, bases, offs, mask = _block(context_ptr, n_valid, N, L)
     for a in range(world_size):
         for b in range(world_size):
             slot = dst + (rank * world_size + a) * N + offs
@@ -145,8 +140,7 @@ def copy_kernel(src, dst, context_ptr, n_valid, other, N: gl.constexpr, L: gl.co
 @gluon.jit
 def translate_kernel(x, out, context_ptr, FREE: gl.constexpr):
     """out[t] = the address of x in rank t's heap, as mapped in this process."""
-    ctx = Context.initialize(context_ptr)
-    rank, world_size, bases = _raw(context_ptr)
+    ctx, rank, world_size, bases = _apis(context_ptr)
     for t in range(world_size):
         if FREE:
             p = img.translate(x, rank, t, bases)
@@ -162,8 +156,7 @@ def shapes_kernel(x, scalars, grid, context_ptr, ROWS: gl.constexpr, COLS: gl.co
     """Scalar pointers and 2-D tensors of pointers, for every rank t: scalars[t] = rank t's x[0];
     rank t's x[ROWS * COLS + rank] = that + 1; grid[t] = rank t's x[:ROWS * COLS] as a ROWS x COLS
     block, the last row masked off (other = -1)."""
-    ctx = Context.initialize(context_ptr)
-    rank, world_size, bases = _raw(context_ptr)
+    ctx, rank, world_size, bases = _apis(context_ptr)
     rows = gl.arange(0, ROWS, layout=gl.SliceLayout(1, L2))
     cols = gl.arange(0, COLS, layout=gl.SliceLayout(0, L2))
     offs = rows[:, None] * COLS + cols[None, :]
@@ -186,8 +179,7 @@ def broadcast_kernel(x, context_ptr, N: gl.constexpr, L: gl.constexpr, FREE: gl.
     """Scalar values into blocks of pointers, on the next rank's x[0:N) .. x[5N:6N): store 7,
     atomic_add 3, atomic_max 9, atomic_xchg 4 and (with CAS) atomic_cas(0 -> 5) on an int32 block,
     and atomic_add 1.5 on the fp32 view of the last block."""
-    ctx = Context.initialize(context_ptr)
-    rank, world_size, bases = _raw(context_ptr)
+    ctx, rank, world_size, bases = _apis(context_ptr)
     offs = gl.arange(0, N, layout=L)
     t = (rank + 1) % world_size
     f = (x + 5 * N).to(gl.pointer_type(gl.float32), bitcast=True)
@@ -271,8 +263,7 @@ def atomic_kernel(buf, vals, shared_olds, private_olds, context_ptr, init, OP: g
 
     buf layout: [shared word, then LANES words per rank]. atomic_cas swaps init -> vals (lanes
     other than lane 0 compare against init + 1 on the private words, so they never swap)."""
-    ctx = Context.initialize(context_ptr)
-    rank, world_size, bases = _raw(context_ptr)
+    ctx, rank, world_size, bases = _apis(context_ptr)
     pid = gl.program_id(0)
     lane = gl.arange(0, LANES, layout=L)
     val = gl.load(vals + rank * LANES + lane)
@@ -302,8 +293,7 @@ def atomic_kernel(buf, vals, shared_olds, private_olds, context_ptr, init, OP: g
 @gluon.jit
 def scalar_atomic_kernel(counter, olds, context_ptr, REPS: gl.constexpr, FREE: gl.constexpr):
     """Scalar pointers: REPS atomic_add(1) into every rank's counter; olds[t, rep] the values seen."""
-    ctx = Context.initialize(context_ptr)
-    rank, world_size, bases = _raw(context_ptr)
+    ctx, rank, world_size, bases = _apis(context_ptr)
     for t in range(world_size):
         for rep in range(REPS):
             if FREE:
@@ -318,8 +308,7 @@ def scalar_atomic_kernel(counter, olds, context_ptr, REPS: gl.constexpr, FREE: g
 def spinlock_kernel(lock, counter, failed, context_ptr, ITERS: gl.constexpr, LIMIT: gl.constexpr, FREE: gl.constexpr):
     """ITERS times: take rank 0's lock by CAS (acquire), increment rank 0's counter with a plain
     load and store, release by xchg (release). failed[0] = 1 if a lock wait passed LIMIT spins."""
-    ctx = Context.initialize(context_ptr)
-    rank, world_size, bases = _raw(context_ptr)
+    ctx, rank, world_size, bases = _apis(context_ptr)
     for _ in range(ITERS):
         spins = 0
         if FREE:
@@ -353,8 +342,7 @@ def message_kernel(data, inbox, flags, out, context_ptr, ROUNDS: gl.constexpr, N
                    FREE: gl.constexpr):  # fmt: skip
     """ROUNDS times: put data + round into the next rank's inbox[round], then signal its flag with
     a release atomic; wait (acquire) for our own flag >= round + 1 and copy inbox[round] to out[round]."""
-    ctx = Context.initialize(context_ptr)
-    rank, world_size, bases = _raw(context_ptr)
+    ctx, rank, world_size, bases = _apis(context_ptr)
     nxt = (rank + 1) % world_size
     offs = gl.arange(0, N, layout=L)
     for r in range(ROUNDS):

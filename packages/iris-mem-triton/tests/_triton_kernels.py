@@ -33,9 +33,19 @@ _BASES = tl.constexpr(abi.BASES_INDEX)
 
 
 @triton.jit
-def _raw(context_ptr):
-    """rank, world_size, heap_bases straight from the context (the free-function API's inputs)."""
-    return tl.load(context_ptr + _RANK), tl.load(context_ptr + _WORLD_SIZE), context_ptr + _BASES
+def _apis(context_ptr):
+    """Both APIs' inputs: the ``Context``, and rank, world_size, heap_bases read straight from the context
+    (the free functions')."""
+    rank, world_size = tl.load(context_ptr + _RANK), tl.load(context_ptr + _WORLD_SIZE)
+    return Context.initialize(context_ptr), rank, world_size, context_ptr + _BASES
+
+
+@triton.jit
+def _block(context_ptr, n_valid, N: tl.constexpr):
+    """``_apis``, then a block of N offsets and its mask (the first n_valid): the RMA kernels' inputs."""
+    ctx, rank, world_size, bases = _apis(context_ptr)
+    offs = tl.arange(0, N)
+    return ctx, rank, world_size, bases, offs, offs < n_valid
 
 
 # -- load / store / get / put / copy -------------------------------------------------------------
@@ -46,10 +56,7 @@ def _raw(context_ptr):
 def load_kernel(src, out, context_ptr, n_valid, other, N: tl.constexpr, FREE: tl.constexpr,
                 CACHE: tl.constexpr = None, VOLATILE: tl.constexpr = False):  # fmt: skip
     """out[t] = rank t's src (other where offs >= n_valid), for every rank t."""
-    ctx = Context.initialize(context_ptr)
-    rank, world_size, bases = _raw(context_ptr)
-    offs = tl.arange(0, N)
-    mask = offs < n_valid
+    ctx, rank, world_size, bases, offs, mask = _block(context_ptr, n_valid, N)
     for t in range(world_size):
         if FREE:
             v = imt.load(src + offs, rank, t, bases, mask, other, CACHE, VOLATILE)
@@ -62,10 +69,7 @@ def load_kernel(src, out, context_ptr, n_valid, other, N: tl.constexpr, FREE: tl
 @triton.jit
 def store_kernel(src, dst, context_ptr, n_valid, N: tl.constexpr, FREE: tl.constexpr, CACHE: tl.constexpr = None):
     """Rank t's dst[rank] = local src where offs < n_valid, for every rank t."""
-    ctx = Context.initialize(context_ptr)
-    rank, world_size, bases = _raw(context_ptr)
-    offs = tl.arange(0, N)
-    mask = offs < n_valid
+    ctx, rank, world_size, bases, offs, mask = _block(context_ptr, n_valid, N)
     value = tl.load(src + offs)
     for t in range(world_size):
         if FREE:
@@ -78,10 +82,7 @@ def store_kernel(src, dst, context_ptr, n_valid, N: tl.constexpr, FREE: tl.const
 @triton.jit
 def get_kernel(src, dst, context_ptr, n_valid, other, N: tl.constexpr, FREE: tl.constexpr, HINT: tl.constexpr = None):
     """Local dst[t] = rank t's src where offs < n_valid, for every rank t."""
-    ctx = Context.initialize(context_ptr)
-    rank, world_size, bases = _raw(context_ptr)
-    offs = tl.arange(0, N)
-    mask = offs < n_valid
+    ctx, rank, world_size, bases, offs, mask = _block(context_ptr, n_valid, N)
     for t in range(world_size):
         if FREE:
             imt.get(src + offs, dst + t * N + offs, rank, t, bases, mask, other, HINT)
@@ -93,10 +94,7 @@ def get_kernel(src, dst, context_ptr, n_valid, other, N: tl.constexpr, FREE: tl.
 @triton.jit
 def put_kernel(src, dst, context_ptr, n_valid, N: tl.constexpr, FREE: tl.constexpr, HINT: tl.constexpr = None):
     """Rank t's dst[rank] = local src where offs < n_valid, for every rank t."""
-    ctx = Context.initialize(context_ptr)
-    rank, world_size, bases = _raw(context_ptr)
-    offs = tl.arange(0, N)
-    mask = offs < n_valid
+    ctx, rank, world_size, bases, offs, mask = _block(context_ptr, n_valid, N)
     for t in range(world_size):
         if FREE:
             imt.put(src + offs, dst + rank * N + offs, rank, t, bases, mask, HINT)
@@ -108,10 +106,7 @@ def put_kernel(src, dst, context_ptr, n_valid, N: tl.constexpr, FREE: tl.constex
 @triton.jit
 def copy_kernel(src, dst, context_ptr, n_valid, other, N: tl.constexpr, FREE: tl.constexpr):
     """Rank b's dst[rank, a] = rank a's src where offs < n_valid, for every pair of ranks (a, b)."""
-    ctx = Context.initialize(context_ptr)
-    rank, world_size, bases = _raw(context_ptr)
-    offs = tl.arange(0, N)
-    mask = offs < n_valid
+    ctx, rank, world_size, bases, offs, mask = _block(context_ptr, n_valid, N)
     for a in range(world_size):
         for b in range(world_size):
             slot = dst + (rank * world_size + a) * N + offs
@@ -125,8 +120,7 @@ def copy_kernel(src, dst, context_ptr, n_valid, other, N: tl.constexpr, FREE: tl
 @triton.jit
 def translate_kernel(x, out, context_ptr, FREE: tl.constexpr):
     """out[t] = the address of x in rank t's heap, as mapped in this process."""
-    ctx = Context.initialize(context_ptr)
-    rank, world_size, bases = _raw(context_ptr)
+    ctx, rank, world_size, bases = _apis(context_ptr)
     for t in range(world_size):
         if FREE:
             p = imt.translate(x, rank, t, bases)
@@ -141,8 +135,7 @@ def shapes_kernel(x, scalars, grid, context_ptr, ROWS: tl.constexpr, COLS: tl.co
     """Scalar pointers and 2-D tensors of pointers, for every rank t: scalars[t] = rank t's x[0];
     rank t's x[ROWS * COLS + rank] = that + 1; grid[t] = rank t's x[:ROWS * COLS] as a ROWS x COLS
     block, the last row masked off (other = -1)."""
-    ctx = Context.initialize(context_ptr)
-    rank, world_size, bases = _raw(context_ptr)
+    ctx, rank, world_size, bases = _apis(context_ptr)
     offs = tl.arange(0, ROWS)[:, None] * COLS + tl.arange(0, COLS)[None, :]
     mask = offs < (ROWS - 1) * COLS
     for t in range(world_size):
@@ -163,8 +156,7 @@ def broadcast_kernel(x, context_ptr, N: tl.constexpr, FREE: tl.constexpr, CAS: t
     """Scalar values into blocks of pointers, on the next rank's x[0:N) .. x[5N:6N): store 7,
     atomic_add 3, atomic_max 9, atomic_xchg 4 and (with CAS) atomic_cas(0 -> 5) on an int32 block,
     and atomic_add 1.5 on the fp32 view of the last block."""
-    ctx = Context.initialize(context_ptr)
-    rank, world_size, bases = _raw(context_ptr)
+    ctx, rank, world_size, bases = _apis(context_ptr)
     offs = tl.arange(0, N)
     t = (rank + 1) % world_size
     f = (x + 5 * N).to(tl.pointer_type(tl.float32), bitcast=True)
@@ -247,8 +239,7 @@ def atomic_kernel(buf, vals, shared_olds, private_olds, context_ptr, init, OP: t
 
     buf layout: [shared word, then LANES words per rank]. atomic_cas swaps init -> vals (lanes
     other than lane 0 compare against init + 1 on the private words, so they never swap)."""
-    ctx = Context.initialize(context_ptr)
-    rank, world_size, bases = _raw(context_ptr)
+    ctx, rank, world_size, bases = _apis(context_ptr)
     pid = tl.program_id(0)
     lane = tl.arange(0, LANES)
     val = tl.load(vals + rank * LANES + lane)
@@ -278,8 +269,7 @@ def atomic_kernel(buf, vals, shared_olds, private_olds, context_ptr, init, OP: t
 @triton.jit
 def scalar_atomic_kernel(counter, olds, context_ptr, REPS: tl.constexpr, FREE: tl.constexpr):
     """Scalar pointers: REPS atomic_add(1) into every rank's counter; olds[t, rep] the values seen."""
-    ctx = Context.initialize(context_ptr)
-    rank, world_size, bases = _raw(context_ptr)
+    ctx, rank, world_size, bases = _apis(context_ptr)
     for t in range(world_size):
         for rep in range(REPS):
             if FREE:
@@ -294,8 +284,7 @@ def scalar_atomic_kernel(counter, olds, context_ptr, REPS: tl.constexpr, FREE: t
 def spinlock_kernel(lock, counter, failed, context_ptr, ITERS: tl.constexpr, LIMIT: tl.constexpr, FREE: tl.constexpr):
     """ITERS times: take rank 0's lock by CAS (acquire), increment rank 0's counter with a plain
     load and store, release by xchg (release). failed[0] = 1 if a lock wait passed LIMIT spins."""
-    ctx = Context.initialize(context_ptr)
-    rank, world_size, bases = _raw(context_ptr)
+    ctx, rank, world_size, bases = _apis(context_ptr)
     for _ in range(ITERS):
         spins = 0
         if FREE:
@@ -328,8 +317,7 @@ def spinlock_kernel(lock, counter, failed, context_ptr, ITERS: tl.constexpr, LIM
 def message_kernel(data, inbox, flags, out, context_ptr, ROUNDS: tl.constexpr, N: tl.constexpr, FREE: tl.constexpr):
     """ROUNDS times: put data + round into the next rank's inbox[round], then signal its flag with
     a release atomic; wait (acquire) for our own flag >= round + 1 and copy inbox[round] to out[round]."""
-    ctx = Context.initialize(context_ptr)
-    rank, world_size, bases = _raw(context_ptr)
+    ctx, rank, world_size, bases = _apis(context_ptr)
     nxt = (rank + 1) % world_size
     offs = tl.arange(0, N)
     for r in range(ROUNDS):
@@ -444,6 +432,7 @@ def closed_store_kernel(x, context_ptr, N: tl.constexpr):
 # -- the compile-only cases ----------------------------------------------------------------------
 
 RMA_DTYPES = ("i8", "i32", "fp16", "bf16", "fp32")
+RMA_KERNELS = {"load": load_kernel, "store": store_kernel, "get": get_kernel, "put": put_kernel, "copy": copy_kernel}
 ATOMIC_OPS = ("add", "sub", "xchg", "cas", "and", "or", "xor", "min", "max")
 SEMS = (None, "relaxed", "acquire", "release", "acq_rel")
 SCOPES = (None, "cta", "gpu", "sys")
@@ -464,39 +453,27 @@ def compile_cases(target):
     (the same for every ``target``: Triton lays blocks out itself)."""
     cases = []
     ctx = {"context_ptr": "*i64"}
+
+    def rma(label, op, dt, free, **extra):
+        """The case of load/store/get/put/copy kernel ``op`` on ``dt`` elements, ``extra`` constexprs added."""
+        sig = {"src": f"*{dt}", ("out" if op == "load" else "dst"): f"*{dt}", **ctx, "n_valid": "i32"}
+        if op in ("load", "get", "copy"):
+            sig["other"] = "fp32"
+        sig.update(dict.fromkeys(["N", "FREE", *extra], "constexpr"))
+        return (label, RMA_KERNELS[op], sig, {"N": 64, "FREE": free, **extra})
+
     for dt in RMA_DTYPES:
         for free in (False, True):
-            cases += [
-                (f"load[{dt},free={free}]", load_kernel,
-                 {"src": f"*{dt}", "out": f"*{dt}", **ctx, "n_valid": "i32", "other": "fp32", "N": "constexpr", "FREE": "constexpr"},
-                 {"N": 64, "FREE": free}),
-                (f"store[{dt},free={free}]", store_kernel,
-                 {"src": f"*{dt}", "dst": f"*{dt}", **ctx, "n_valid": "i32", "N": "constexpr", "FREE": "constexpr"},
-                 {"N": 64, "FREE": free}),
-                (f"get[{dt},free={free}]", get_kernel,
-                 {"src": f"*{dt}", "dst": f"*{dt}", **ctx, "n_valid": "i32", "other": "fp32", "N": "constexpr", "FREE": "constexpr"},
-                 {"N": 64, "FREE": free}),
-                (f"put[{dt},free={free}]", put_kernel,
-                 {"src": f"*{dt}", "dst": f"*{dt}", **ctx, "n_valid": "i32", "N": "constexpr", "FREE": "constexpr"},
-                 {"N": 64, "FREE": free}),
-                (f"copy[{dt},free={free}]", copy_kernel,
-                 {"src": f"*{dt}", "dst": f"*{dt}", **ctx, "n_valid": "i32", "other": "fp32", "N": "constexpr", "FREE": "constexpr"},
-                 {"N": 64, "FREE": free}),
-            ]  # fmt: skip
+            cases += [rma(f"{op}[{dt},free={free}]", op, dt, free) for op in RMA_KERNELS]
     for cache, volatile in ((None, True), (".cg", False), (".ca", False), (".cv", False)):
-        cases.append((f"load[cache={cache},volatile={volatile}]", load_kernel,
-                      {"src": "*fp32", "out": "*fp32", **ctx, "n_valid": "i32", "other": "fp32", "N": "constexpr",
-                       "FREE": "constexpr", "CACHE": "constexpr", "VOLATILE": "constexpr"},
-                      {"N": 64, "FREE": False, "CACHE": cache, "VOLATILE": volatile}))  # fmt: skip
+        cases.append(
+            rma(f"load[cache={cache},volatile={volatile}]", "load", "fp32", False, CACHE=cache, VOLATILE=volatile)
+        )
     for cache in (".wb", ".cg", ".cs", ".wt"):
-        cases.append((f"store[cache={cache}]", store_kernel,
-                      {"src": "*fp32", "dst": "*fp32", **ctx, "n_valid": "i32", "N": "constexpr", "FREE": "constexpr", "CACHE": "constexpr"},
-                      {"N": 64, "FREE": True, "CACHE": cache}))  # fmt: skip
+        cases.append(rma(f"store[cache={cache}]", "store", "fp32", True, CACHE=cache))
     for free in (False, True):
         cases += [
-            (f"get[hint=16,free={free}]", get_kernel,
-             {"src": "*fp32", "dst": "*fp32", **ctx, "n_valid": "i32", "other": "fp32", "N": "constexpr", "FREE": "constexpr", "HINT": "constexpr"},
-             {"N": 64, "FREE": free, "HINT": 16}),
+            rma(f"get[hint=16,free={free}]", "get", "fp32", free, HINT=16),
             (f"translate[free={free}]", translate_kernel, {"x": "*fp32", "out": "*i64", **ctx, "FREE": "constexpr"}, {"FREE": free}),
             (f"shapes[free={free}]", shapes_kernel,
              {"x": "*i32", "scalars": "*i32", "grid": "*i32", **ctx, "ROWS": "constexpr", "COLS": "constexpr", "FREE": "constexpr"},

@@ -6,8 +6,6 @@ the check needs before triton is imported, so that what the process had imported
 before is known.
 """
 
-from pathlib import Path
-
 import torch
 import triton
 from triton.experimental import gluon
@@ -16,51 +14,10 @@ from triton.experimental.gluon import language as gl
 from iris.testing import side_effects
 from iris.testing.side_effects import changes, cpu_launch, expect_restored, snapshot
 
-TESTS = Path(__file__).parent
+test_importing_the_layer_changes_nothing_for_plain_kernels = side_effects.import_test("iris.mem.gluon")
 
 
-def _run(check, *args, interpret="1"):
-    return side_effects.run(check, *args, interpret=interpret, script=__file__)
-
-
-# -- the tests ------------------------------------------------------------------------------------
-
-
-def test_importing_the_layer_changes_nothing_for_plain_kernels():
-    """The same result, or the same error, for a Gluon and a Triton kernel that know nothing of
-    Iris, interpreted and compiled; no attribute of Triton or Gluon patched by the import."""
-    side_effects.expect_import_changes_nothing("iris.mem.gluon")
-
-
-def test_the_scope_runs_gluon_on_cpu_and_restores_every_patched_attribute():
-    _run("scope_restores")
-
-
-def test_the_scope_is_restored_after_an_exception_inside_it():
-    _run("scope_restores_after_exceptions")
-
-
-def test_the_scope_is_reentrant_and_restored_by_the_outermost_exit():
-    _run("scope_reentrant")
-
-
-def test_a_marked_kernel_enters_the_scope_for_each_launch_only():
-    _run("marked_kernel")
-
-
-def test_the_scope_acts_for_the_threads_inside_it_only():
-    _run("scope_per_thread")
-
-
-def test_without_the_interpreter_the_scope_changes_nothing():
-    _run("no_interpreter", interpret="0")
-
-
-def test_the_release_differences_come_from_iris_mem_common():
-    _run("compat_shared")
-
-
-# -- the checks (run in the subprocess) -----------------------------------------------------------
+# -- each test's body runs in a fresh interpreter (this file run as a script) -----------------------
 
 
 @gluon.jit
@@ -81,7 +38,8 @@ def failing_kernel(x_ptr, N: gl.constexpr):
     gl.static_assert(N < 0, "fails in the middle of the launch")
 
 
-def check_scope_restores():
+@side_effects.in_a_fresh_interpreter()
+def test_the_scope_runs_gluon_on_cpu_and_restores_every_patched_attribute():
     from triton.experimental.gluon import _runtime
     from triton.experimental.gluon import language as gl
 
@@ -100,19 +58,14 @@ def check_scope_restores():
     assert not img.interpret.entered()
     expect_restored(before, "leaving interpret()")
     assert not cpu_launch(), "a plain Gluon kernel ran on CPU after interpret() was left"
-    return "ok"
 
 
-def check_scope_restores_after_exceptions():
+@side_effects.in_a_fresh_interpreter()
+def test_the_scope_is_restored_after_an_exception_inside_it():
     import iris.mem.gluon as img
 
     before = snapshot()
-    try:
-        with img.interpret():
-            raise ZeroDivisionError("inside the scope")
-    except ZeroDivisionError:
-        pass
-    expect_restored(before, "an exception raised inside interpret()")
+    side_effects.expect_restored_after_an_exception(img.interpret, before)
 
     @img.interpret()
     def host_code():
@@ -136,10 +89,10 @@ def check_scope_restores_after_exceptions():
         expect_restored(before, f"a failing CPU launch ({kernel.__name__})")
     assert not img.interpret.entered() and not img.interpret.active()
     assert not cpu_launch()
-    return "ok"
 
 
-def check_scope_reentrant():
+@side_effects.in_a_fresh_interpreter()
+def test_the_scope_is_reentrant_and_restored_by_the_outermost_exit():
     import iris.mem.gluon as img
 
     before = snapshot()
@@ -153,10 +106,10 @@ def check_scope_reentrant():
         assert not early, f"leaving a nested interpret() restored too early: {early}"
         assert cpu_launch(img.interpret), "a launch inside a nested scope of the same scope failed"
     expect_restored(before, "leaving nested interpret() scopes")
-    return "ok"
 
 
-def check_marked_kernel():
+@side_effects.in_a_fresh_interpreter()
+def test_a_marked_kernel_enters_the_scope_for_each_launch_only():
 
     import iris.mem.gluon as img
 
@@ -171,10 +124,10 @@ def check_marked_kernel():
     assert torch.equal(x, torch.full((64,), 2.0)), x
     expect_restored(before, "launches of a kernel marked with interpret()")
     assert not cpu_launch(), "marking one kernel made another run on CPU"
-    return "ok"
 
 
-def check_scope_per_thread():
+@side_effects.in_a_fresh_interpreter()
+def test_the_scope_acts_for_the_threads_inside_it_only():
     import threading
 
     import iris.mem.gluon as img
@@ -198,10 +151,10 @@ def check_scope_per_thread():
         thread.join(60)
     assert seen == {"entered": False, "ran on CPU": False}, seen
     expect_restored(before, "a scope held and left by another thread")
-    return "ok"
 
 
-def check_no_interpreter():
+@side_effects.in_a_fresh_interpreter(interpret="0")
+def test_without_the_interpreter_the_scope_changes_nothing():
 
     import iris.mem.gluon as img
 
@@ -213,10 +166,10 @@ def check_no_interpreter():
     kernel = increment_kernel
     assert img.interpret()(kernel) is kernel and "run" not in vars(kernel), "marking changed a compiled kernel"
     expect_restored(before, "interpret() without TRITON_INTERPRET=1")
-    return "ok"
 
 
-def check_compat_shared():
+@side_effects.in_a_fresh_interpreter()
+def test_the_release_differences_come_from_iris_mem_common():
     import iris.heap
     import iris.mem.common as compat
     import iris.mem.gluon as img
@@ -225,7 +178,6 @@ def check_compat_shared():
     assert img.GluonASTSource is compat.gluon_ast_source()
     assert compat.SCALAR_INDEX in img.interpret.patches
     assert iris.heap.CONTEXT_ABI_VERSION == img.CONTEXT_ABI_VERSION
-    return "ok"
 
 
 if __name__ == "__main__":

@@ -12,29 +12,14 @@ import torch
 from iris.testing import side_effects
 from iris.testing.side_effects import expect_restored, range_kernel, snapshot
 
-
-def _run(check, *args, interpret="1"):
-    return side_effects.run(check, *args, interpret=interpret, script=__file__)
+test_importing_the_layer_changes_nothing_for_plain_kernels = side_effects.import_test("iris.mem.triton")
 
 
-def test_importing_the_layer_changes_nothing_for_plain_kernels():
-    """The same result, or the same error, for a Gluon and a Triton kernel that know nothing of
-    Iris, interpreted and compiled; no attribute of Triton or Gluon patched by the import."""
-    side_effects.expect_import_changes_nothing("iris.mem.triton")
+# -- each test's body runs in a fresh interpreter (this file run as a script) -----------------------
 
 
+@side_effects.in_a_fresh_interpreter()
 def test_the_scope_fixes_the_interpreter_and_restores_it():
-    _run("scope_restores")
-
-
-def test_the_release_differences_come_from_iris_mem_common():
-    _run("compat_shared")
-
-
-# -- the checks (run in the subprocess) -----------------------------------------------------------
-
-
-def check_scope_restores():
     from triton.runtime import interpreter
 
     import iris.mem.triton as imt
@@ -46,24 +31,18 @@ def check_scope_restores():
             range_kernel[(1,)](out, torch.tensor([4], dtype=torch.int32))
         assert out.tolist() == [0, 3, 6, 9], out
         expect_restored(before, "leaving iris.mem.triton.interpret()")
-    try:
-        with imt.interpret():
-            raise ValueError("inside the scope")
-    except ValueError:
-        pass
-    expect_restored(before, "an exception inside iris.mem.triton.interpret()")
+    side_effects.expect_restored_after_an_exception(imt.interpret, before)
     assert interpreter._patch_lang_tensor is before[("triton.runtime.interpreter", "_patch_lang_tensor")]
-    return "ok"
 
 
-def check_compat_shared():
+@side_effects.in_a_fresh_interpreter()
+def test_the_release_differences_come_from_iris_mem_common():
     import iris.heap
     import iris.mem.triton as imt
 
     compat = sys.modules["iris.mem.common"]  # imported by the layer, not by this check
     assert compat.SCALAR_INDEX in imt.interpret.patches
     assert iris.heap.CONTEXT_ABI_VERSION == imt.CONTEXT_ABI_VERSION
-    return "ok"
 
 
 if __name__ == "__main__":

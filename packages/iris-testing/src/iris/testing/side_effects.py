@@ -12,6 +12,7 @@ it has; iris-heap's tests never import it.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import os
@@ -24,7 +25,18 @@ import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-__all__ = ["changes", "cpu_launch", "expect_restored", "run", "snapshot", "axpy_kernel", "range_kernel"]
+__all__ = [
+    "changes",
+    "cpu_launch",
+    "expect_restored",
+    "expect_restored_after_an_exception",
+    "import_test",
+    "in_a_fresh_interpreter",
+    "run",
+    "snapshot",
+    "axpy_kernel",
+    "range_kernel",
+]
 
 
 def run(check, *args, interpret="1", script=None):
@@ -150,6 +162,17 @@ def expect_restored(before, what):
     assert not changed, f"{what} left these attributes changed: {changed}"
 
 
+def expect_restored_after_an_exception(scope, before):
+    """An exception raised inside ``scope()`` (a layer's ``interpret``) leaves every attribute as
+    ``before`` (a :func:`snapshot`) recorded it."""
+    try:
+        with scope():
+            raise ZeroDivisionError("inside the scope")
+    except ZeroDivisionError:
+        pass
+    expect_restored(before, f"an exception raised inside {scope.__qualname__}()")
+
+
 # -- the checks -----------------------------------------------------------------------------------
 
 
@@ -201,10 +224,49 @@ def expect_import_changes_nothing(module):
     run("import_patches_nothing", module)
 
 
+def import_test(module):
+    """The test of ``module``'s import that every layer runs (:func:`expect_import_changes_nothing`):
+    ``test_importing_the_layer_changes_nothing_for_plain_kernels = import_test("iris.mem.triton")``."""
+
+    def test():
+        expect_import_changes_nothing(module)
+
+    test.__doc__ = (
+        f"The same result, or the same error, for a Gluon and a Triton kernel that know nothing of Iris "
+        f"with and without importing {module}, interpreted and compiled; no attribute of Triton or Gluon "
+        "patched by the import."
+    )
+    return test
+
+
+def in_a_fresh_interpreter(interpret="1"):
+    """Decorate a test of a check script (a test file that ends with :func:`main`) so that its body
+    runs in a fresh interpreter: the file run as a script, with ``TRITON_INTERPRET=interpret`` set
+    before triton is imported. The test passes when the body returns there.
+
+    >>> @side_effects.in_a_fresh_interpreter()
+    ... def test_the_scope_restores_what_it_patched(): ...
+    """
+
+    def decorate(body):
+        script = sys.modules[body.__module__].__file__
+
+        @functools.wraps(body)
+        def test():
+            run(body.__name__, interpret=interpret, script=script)
+
+        return test
+
+    return decorate
+
+
 def main(checks):
-    """A check script's entry: run ``check_<argv[1]>(*argv[2:])`` from ``checks`` (its globals) and
-    print its result as the last line (JSON)."""
-    print(json.dumps(checks[f"check_{sys.argv[1]}"](*sys.argv[2:])))
+    """A check script's entry: run ``argv[1]`` of ``checks`` (its globals: a ``check_<argv[1]>``, or
+    the body of a test decorated with :func:`in_a_fresh_interpreter`) on ``argv[2:]``, and print its
+    result as the last line (JSON)."""
+    name = sys.argv[1]
+    check = checks[name].__wrapped__ if name in checks else checks[f"check_{name}"]
+    print(json.dumps(check(*sys.argv[2:])))
 
 
 if __name__ == "__main__":

@@ -65,6 +65,25 @@ def _float_xchg_refused(backend: Backend) -> bool:
     return not GPU and backend.differs(FLOAT_XCHG_ON_CPU_RANKS)
 
 
+def _api_test(check, world_sizes=None, *args):
+    """A test of the suite that runs ``check(rank, world_size, backend, *args, free)`` through the
+    ``Context`` methods and through the free functions: on one rank, or on every rank of a world of
+    each of ``world_sizes``. Assign it to the test's name in :class:`Conformance`."""
+    if world_sizes is None:
+
+        def test(self, world, free):
+            world.run(check, 1, self.backend, *args, free)
+
+    else:
+
+        @pytest.mark.parametrize("world_size", world_sizes)
+        def test(self, world, world_size, free):
+            world.run(check, world_size, self.backend, *args, free)
+
+    test.__doc__ = check.__doc__
+    return API(test)
+
+
 class Conformance:
     """The suite; a layer's test module subclasses it as ``Test<Name>`` with ``backend`` set."""
 
@@ -72,35 +91,12 @@ class Conformance:
 
     # -- load / store / get / put / copy / translate ----------------------------------------------
 
-    @API
-    @pytest.mark.parametrize("world_size", WORLD_SIZES)
-    def test_load_reads_every_ranks_copy_with_mask_and_other(self, world, world_size, free):
-        world.run(ranks.check_load, world_size, self.backend, free)
-
-    @API
-    @pytest.mark.parametrize("world_size", WORLD_SIZES)
-    def test_store_writes_every_ranks_copy_under_the_mask(self, world, world_size, free):
-        world.run(ranks.check_store, world_size, self.backend, free)
-
-    @API
-    @pytest.mark.parametrize("world_size", WORLD_SIZES)
-    def test_get_copies_a_ranks_block_into_the_local_heap(self, world, world_size, free):
-        world.run(ranks.check_get_or_put, world_size, self.backend, "get", free)
-
-    @API
-    @pytest.mark.parametrize("world_size", WORLD_SIZES)
-    def test_put_copies_the_local_block_into_a_ranks_heap(self, world, world_size, free):
-        world.run(ranks.check_get_or_put, world_size, self.backend, "put", free)
-
-    @API
-    @pytest.mark.parametrize("world_size", WORLD_SIZES)
-    def test_copy_moves_blocks_between_any_two_ranks(self, world, world_size, free):
-        world.run(ranks.check_copy, world_size, self.backend, free)
-
-    @API
-    @pytest.mark.parametrize("world_size", [1, 3])
-    def test_translate_gives_the_peer_mapping_of_the_same_offset(self, world, world_size, free):
-        world.run(ranks.check_translate, world_size, self.backend, free)
+    test_load_reads_every_ranks_copy_with_mask_and_other = _api_test(ranks.check_load, WORLD_SIZES)
+    test_store_writes_every_ranks_copy_under_the_mask = _api_test(ranks.check_store, WORLD_SIZES)
+    test_get_copies_a_ranks_block_into_the_local_heap = _api_test(ranks.check_get_or_put, WORLD_SIZES, "get")
+    test_put_copies_the_local_block_into_a_ranks_heap = _api_test(ranks.check_get_or_put, WORLD_SIZES, "put")
+    test_copy_moves_blocks_between_any_two_ranks = _api_test(ranks.check_copy, WORLD_SIZES)
+    test_translate_gives_the_peer_mapping_of_the_same_offset = _api_test(ranks.check_translate, [1, 3])
 
     @API
     def test_scalar_pointers_and_2d_blocks(self, world, free):
@@ -110,10 +106,7 @@ class Conformance:
         world.run(ranks.check_get_or_put, 2, self.backend, "get", False, 16)
         world.run(ranks.check_get_or_put, 2, self.backend, "put", True, 16)
 
-    @API
-    @pytest.mark.parametrize("world_size", [1, 2])
-    def test_scalar_values_are_broadcast_over_a_block_of_pointers(self, world, world_size, free):
-        world.run(ranks.check_broadcast, world_size, self.backend, free)
+    test_scalar_values_are_broadcast_over_a_block_of_pointers = _api_test(ranks.check_broadcast, [1, 2])
 
     # -- atomics ----------------------------------------------------------------------------------
 
@@ -165,26 +158,11 @@ class Conformance:
 
     # -- the bounded wait, device errors, a closed heap -------------------------------------------
 
-    @API
-    def test_wait_returns_whether_the_comparison_held_and_records_timeouts(self, world, free):
-        world.run(ranks.check_wait_outcomes, 1, self.backend, free)
-
-    @API
-    def test_a_block_of_flags_waits_for_all_and_names_the_first_that_missed(self, world, free):
-        world.run(ranks.check_wait_on_a_block, 1, self.backend, free)
-
-    @API
-    def test_wait_returns_false_at_once_when_an_error_is_already_recorded(self, world, free):
-        world.run(ranks.check_wait_after_error, 1, self.backend, free)
-
-    @API
-    def test_record_error_first_wins_and_healthy_reports_it(self, world, free):
-        world.run(ranks.check_first_error_wins, 1, self.backend, free)
-
-    @API
-    @pytest.mark.parametrize("world_size", [2, 3])
-    def test_a_signal_that_never_comes_raises_on_the_waiting_rank(self, world, world_size, free):
-        world.run(ranks.check_wait_for_missing_signal, world_size, self.backend, free)
+    test_wait_returns_whether_the_comparison_held_and_records_timeouts = _api_test(ranks.check_wait_outcomes)
+    test_a_block_of_flags_waits_for_all_and_names_the_first_that_missed = _api_test(ranks.check_wait_on_a_block)
+    test_wait_returns_false_at_once_when_an_error_is_already_recorded = _api_test(ranks.check_wait_after_error)
+    test_record_error_first_wins_and_healthy_reports_it = _api_test(ranks.check_first_error_wins)
+    test_a_signal_that_never_comes_raises_on_the_waiting_rank = _api_test(ranks.check_wait_for_missing_signal, [2, 3])
 
     @pytest.mark.cpu_ranks
     @API

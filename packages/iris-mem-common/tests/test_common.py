@@ -49,6 +49,16 @@ def _counting_patches(target):
     return common.Patches("test", install), installs
 
 
+def _scope(monkeypatch, interpreting):
+    """A layer's scope as iris.mem.triton.interpret is one: (the Scope class, the target its counting
+    patches set, the patches, their installs), with TRITON_INTERPRET as ``interpreting`` says."""
+    monkeypatch.setattr(common, "_interpreting", lambda: interpreting)
+    target = types.SimpleNamespace(value="original")
+    patches, installs = _counting_patches(target)
+    scope = type("Scope", (common.Scope,), {"patches": (patches,)})
+    return scope, target, patches, installs
+
+
 def test_patches_install_once_and_restore_when_the_last_holder_leaves():
     target = types.SimpleNamespace(value="original")
     patches, installs = _counting_patches(target)
@@ -97,28 +107,14 @@ def test_patches_act_for_the_threads_inside_only():
 
 
 def test_a_scope_without_the_interpreter_changes_nothing(monkeypatch):
-    monkeypatch.setattr(common, "_interpreting", lambda: False)
-    target = types.SimpleNamespace(value="original")
-    patches, installs = _counting_patches(target)
-
-    class Scope(common.Scope):
-        pass
-
-    Scope.patches = (patches,)
+    Scope, target, patches, installs = _scope(monkeypatch, interpreting=False)
     with Scope():
         assert Scope.entered() and target.value == "original" and not installs
     assert not Scope.entered()
 
 
 def test_a_scope_restores_on_exceptions_and_nesting(monkeypatch):
-    monkeypatch.setattr(common, "_interpreting", lambda: True)
-    target = types.SimpleNamespace(value="original")
-    patches, installs = _counting_patches(target)
-
-    class Scope(common.Scope):
-        pass
-
-    Scope.patches = (patches,)
+    Scope, target, patches, installs = _scope(monkeypatch, interpreting=True)
     with pytest.raises(KeyError):
         with Scope():
             with Scope():

@@ -22,6 +22,7 @@ _REDUCE_FLAGS = {
     "IS_FLOAT": "constexpr",
     "FLAGS": "constexpr",
     "BLOCK": "constexpr",
+    "TRACE": "constexpr",
 }
 
 
@@ -34,7 +35,8 @@ def _aligned(signature):
 
 
 def cases(K):
-    out = [("barrier", K.barrier_kernel, {**_HEAD, "FLAGS": "constexpr"}, {"FLAGS": 4})]
+    out = [("barrier", K.barrier_kernel, {**_HEAD, "FLAGS": "constexpr", "TRACE": "constexpr"},
+            {"FLAGS": 4, "TRACE": False})]  # fmt: skip
     for dt, op, acc, is_float in [
         ("fp32", 0, False, True),
         ("fp64", 3, False, True),
@@ -42,7 +44,7 @@ def cases(K):
         ("fp16", 3, True, True),
         ("i32", 2, False, False),
     ]:
-        flags = {"W": 4, "OP": op, "ACC_F32": acc, "IS_FLOAT": is_float, "FLAGS": 4, "BLOCK": 4096}
+        flags = {"W": 4, "OP": op, "ACC_F32": acc, "IS_FLOAT": is_float, "FLAGS": 4, "BLOCK": 4096, "TRACE": False}
         sig = {**_HEAD, "src": f"*{dt}", "dst": f"*{dt}", "N": "i32", "start": "i32", "chunk": "i32"}
         # one_shot (every element, local dst), two_shot (pushed), rs_ag's first half, reduce_scatter
         for push, chunked in [(False, True), (True, True), (False, False)]:
@@ -51,11 +53,14 @@ def cases(K):
                         {"PUSH": push, "DST_CHUNKED": chunked, **flags}))  # fmt: skip
     for dt in ("u8", "i16", "i32", "i64"):
         ints = {k: "i32" for k in "piece dst_numel src_stride src_offset dst_stride first_rank".split()}
-        tail = {"FLAGS": "constexpr", "BLOCK": "constexpr"}
+        tail = {"FLAGS": "constexpr", "BLOCK": "constexpr", "TRACE": "constexpr"}
         out.append((f"gather {dt}", K.gather_kernel, {**_HEAD, "src": f"*{dt}", "dst": f"*{dt}", **ints,
-                    "RANKS": "constexpr", **tail}, {"RANKS": 4, "FLAGS": 4, "BLOCK": 4096}))  # fmt: skip
+                    "RANKS": "constexpr", **tail}, {"RANKS": 4, "FLAGS": 4, "BLOCK": 4096, "TRACE": False}))  # fmt: skip
         out.append((f"push {dt}", K.push_kernel, {**_HEAD, "src": f"*{dt}", "dst": f"*{dt}", "n": "i32",
-                    "dst_offset": "i32", "W": "constexpr", **tail}, {"W": 4, "FLAGS": 4, "BLOCK": 4096}))  # fmt: skip
+                    "dst_offset": "i32", "W": "constexpr", **tail}, {"W": 4, "FLAGS": 4, "BLOCK": 4096, "TRACE": False}))  # fmt: skip
+    # Config(trace=True): one of each kernel with its phases recorded
+    traced = {"barrier", "reduce bf16 op1 push=True chunked=True", "gather i32", "push i16"}
+    out += [(f"{label} traced", fn, sig, {**c, "TRACE": True}) for label, fn, sig, c in out if label in traced]
     return out
 
 

@@ -20,7 +20,8 @@ from triton.experimental.gluon import language as gl
 
 import iris.mem.gluon as img
 from iris.heap import context as abi
-from iris.mem.gluon import Context
+from iris.heap.tracing import EVENTS
+from iris.mem.gluon import Context, Tracing
 from iris.mem.gluon import ops as mops
 
 from . import _internals, protocol
@@ -37,6 +38,12 @@ DESC_WORDS = gl.constexpr(protocol.DESC_WORDS)  # code, numel, offset a, offset 
 _MAX = gl.constexpr(protocol.REDUCE_OPS["max"])  # the OP constexpr's codes; anything else sums
 _MIN = gl.constexpr(protocol.REDUCE_OPS["min"])
 _AVG = gl.constexpr(protocol.REDUCE_OPS["avg"])
+# Config(trace=True): the phases every kernel records (iris.heap.tracing.EVENTS), per program.
+_ENTRY_WAIT = gl.constexpr(EVENTS["entry wait"])
+_TILE = gl.constexpr(EVENTS["tile"])
+_REMOTE_LOAD = gl.constexpr(EVENTS["remote load"])
+_REMOTE_STORE = gl.constexpr(EVENTS["remote store"])
+_EXIT_WAIT = gl.constexpr(EVENTS["exit wait"])
 
 
 @_internals.target_builtin
@@ -295,6 +302,29 @@ def _leave(ctx, sync, epoch, FLAGS: gl.constexpr):
 
 
 @gluon.jit
+def _traced_enter(ctx, tr, sync, code, numel, off_a, off_b, FLAGS: gl.constexpr):
+    """``_enter``, recorded as this program's "entry wait" when tracing."""
+    h = tr.record_start(_ENTRY_WAIT, ctx.rank, 0)
+    epoch, go = _enter(ctx, sync, code, numel, off_a, off_b, FLAGS)
+    tr.record_end(h)
+    return epoch, go
+
+
+@gluon.jit
+def _traced_leave(ctx, tr, sync, epoch, FLAGS: gl.constexpr):
+    """``_leave``, recorded as this program's "exit wait" when tracing."""
+    h = tr.record_start(_EXIT_WAIT, ctx.rank, 0)
+    _leave(ctx, sync, epoch, FLAGS)
+    tr.record_end(h)
+
+
+@gluon.jit
+def _bytes(mask, ptr):
+    """Bytes that a masked access of ``ptr``'s element type moves (an event's payload)."""
+    return gl.sum(mask.to(gl.int64), axis=0) * (ptr.dtype.element_ty.primitive_bitwidth // 8)
+
+
+@gluon.jit
 def _combine(acc, v, OP: gl.constexpr, IS_FLOAT: gl.constexpr):
     if OP == _MAX:
         if IS_FLOAT:
@@ -312,17 +342,24 @@ def _combine(acc, v, OP: gl.constexpr, IS_FLOAT: gl.constexpr):
 
 
 @gluon.jit
-def _reduce_tile(ctx, src, mask, W: gl.constexpr, OP: gl.constexpr, ACC_F32: gl.constexpr, IS_FLOAT: gl.constexpr):
+def _reduce_tile(ctx, tr, src, mask, W: gl.constexpr, OP: gl.constexpr, ACC_F32: gl.constexpr,
+                 IS_FLOAT: gl.constexpr):  # fmt: skip
     """``op`` over ranks 0, 1, ..., W-1 (in that order) of the ranks' copies at ``src``.
 
     Unrolled over the ``W`` ranks, so all W loads of a tile are in flight at once (a loop over a
-    runtime world size issues them one after another: W memory latencies per tile).
+    runtime world size issues them one after another: W memory latencies per tile). Tracing
+    records each rank's load ("remote load", target the rank), which serializes them.
     """
+    nbytes = _bytes(mask, src) if tr.enabled else 0
+    h = tr.record_start(_REMOTE_LOAD, 0, nbytes)
     acc = ctx.load(src, 0, mask=mask)
+    tr.record_end(h)
     if ACC_F32:
         acc = acc.to(gl.float32)
     for r in gl.static_range(1, W):
+        h = tr.record_start(_REMOTE_LOAD, r, nbytes)
         v = ctx.load(src, r, mask=mask)
+        tr.record_end(h)
         if ACC_F32:
             v = v.to(gl.float32)
         acc = _combine(acc, v, OP, IS_FLOAT)
@@ -352,10 +389,11 @@ _DESC = ["CODE", "NUMEL", "OFF_A", "OFF_B"]  # vary per call: never specialized 
 
 @img.interpret()
 @gluon.jit(do_not_specialize=_DESC)
-def barrier_kernel(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS: gl.constexpr):
+def barrier_kernel(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS: gl.constexpr, TRACE: gl.constexpr):
     """One program: every rank arrives (and agrees that this is a barrier); no exit needed."""
     ctx = Context.initialize(context_ptr)
-    epoch, go = _enter(ctx, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS)
+    tr = Tracing.initialize(context_ptr, TRACE)
+    epoch, go = _traced_enter(ctx, tr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS)
     if go == 0:
         _give_up(ctx, sync, epoch, FLAGS)
     gl.store(_state(sync, FLAGS) + 1, epoch)
@@ -367,28 +405,36 @@ def reduce_kernel(
     context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, src, dst, N, start, chunk,
     PUSH: gl.constexpr, DST_CHUNKED: gl.constexpr,
     W: gl.constexpr, OP: gl.constexpr, ACC_F32: gl.constexpr, IS_FLOAT: gl.constexpr, FLAGS: gl.constexpr, BLOCK: gl.constexpr,
+    TRACE: gl.constexpr,
 ):  # fmt: skip
     """Reduce elements [start, min(start + chunk, N)) of src over ranks (see _triton_kernels)."""
     ctx = Context.initialize(context_ptr)
     L: gl.constexpr = _tile_layout(BLOCK, gl.num_warps(), src.dtype.element_ty)
-    epoch, go = _enter(ctx, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS)
+    tr = Tracing.initialize(context_ptr, TRACE)
+    epoch, go = _traced_enter(ctx, tr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS)
     t = gl.program_id(0)
     while go & (t < gl.cdiv(chunk, BLOCK)):
         local = t * BLOCK + gl.arange(0, BLOCK, layout=L)
         offs = start + local
         mask = (local < chunk) & (offs < N)
-        out = _cast_out(_reduce_tile(ctx, src + offs, mask, W, OP, ACC_F32, IS_FLOAT), dst.dtype.element_ty)
+        nbytes = _bytes(mask, dst) if TRACE else 0
+        tile = tr.record_start(_TILE, ctx.rank, nbytes)
+        out = _cast_out(_reduce_tile(ctx, tr, src + offs, mask, W, OP, ACC_F32, IS_FLOAT), dst.dtype.element_ty)
         if DST_CHUNKED:
             where = dst + offs
         else:
             where = dst + local
         if PUSH:
             for j in gl.static_range(W):
-                ctx.store(where, out, (ctx.rank + j) % W, mask=mask)
+                to = (ctx.rank + j) % W
+                h = tr.record_start(_REMOTE_STORE, to, nbytes)
+                ctx.store(where, out, to, mask=mask)
+                tr.record_end(h)
         else:
             gl.store(where, out, mask=mask)
+        tr.record_end(tile)
         t += gl.num_programs(0)
-    _leave(ctx, sync, epoch, FLAGS)
+    _traced_leave(ctx, tr, sync, epoch, FLAGS)
 
 
 @img.interpret()
@@ -396,43 +442,55 @@ def reduce_kernel(
 def gather_kernel(
     context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, src, dst,
     piece, dst_numel, src_stride, src_offset, dst_stride, first_rank,
-    RANKS: gl.constexpr, FLAGS: gl.constexpr, BLOCK: gl.constexpr,
+    RANKS: gl.constexpr, FLAGS: gl.constexpr, BLOCK: gl.constexpr, TRACE: gl.constexpr,
 ):  # fmt: skip
     """For ranks r = first_rank, first_rank + 1, ... (RANKS of them, mod W): dst[r * dst_stride + i]
     = rank r's src[r * src_stride + src_offset + i], for i < piece and r * dst_stride + i < dst_numel
     (see _triton_kernels)."""
     ctx = Context.initialize(context_ptr)
     L: gl.constexpr = _tile_layout(BLOCK, gl.num_warps(), src.dtype.element_ty)
-    epoch, go = _enter(ctx, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS)
+    tr = Tracing.initialize(context_ptr, TRACE)
+    epoch, go = _traced_enter(ctx, tr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS)
     t = gl.program_id(0)
     while go & (t < gl.cdiv(piece, BLOCK)):
         offs = t * BLOCK + gl.arange(0, BLOCK, layout=L)
+        tile = tr.record_start(_TILE, ctx.rank, 0)
         for j in gl.static_range(RANKS):
             r = (first_rank + j) % ctx.world_size
             mask = (offs < piece) & (r * dst_stride + offs < dst_numel)
+            h = tr.record_start(_REMOTE_LOAD, r, _bytes(mask, dst) if TRACE else 0)
             v = ctx.load(src + r * src_stride + src_offset + offs, r, mask=mask)
+            tr.record_end(h)
             gl.store(dst + r * dst_stride + offs, v, mask=mask)
+        tr.record_end(tile)
         t += gl.num_programs(0)
-    _leave(ctx, sync, epoch, FLAGS)
+    _traced_leave(ctx, tr, sync, epoch, FLAGS)
 
 
 @img.interpret()
 @gluon.jit(do_not_specialize=_DESC)
 def push_kernel(
     context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, src, dst, n, dst_offset,
-    W: gl.constexpr, FLAGS: gl.constexpr, BLOCK: gl.constexpr,
+    W: gl.constexpr, FLAGS: gl.constexpr, BLOCK: gl.constexpr, TRACE: gl.constexpr,
 ):  # fmt: skip
     """Every rank's dst[dst_offset + i] = this rank's src[i], for i < n (all_gather into heap
     outputs: each input read once, from local memory, and stored into all W ranks)."""
     ctx = Context.initialize(context_ptr)
     L: gl.constexpr = _tile_layout(BLOCK, gl.num_warps(), src.dtype.element_ty)
-    epoch, go = _enter(ctx, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS)
+    tr = Tracing.initialize(context_ptr, TRACE)
+    epoch, go = _traced_enter(ctx, tr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS)
     t = gl.program_id(0)
     while go & (t < gl.cdiv(n, BLOCK)):
         offs = t * BLOCK + gl.arange(0, BLOCK, layout=L)
         mask = offs < n
+        nbytes = _bytes(mask, dst) if TRACE else 0
+        tile = tr.record_start(_TILE, ctx.rank, nbytes)
         v = gl.load(src + offs, mask=mask)
         for j in gl.static_range(W):
-            ctx.store(dst + dst_offset + offs, v, (ctx.rank + j) % W, mask=mask)
+            to = (ctx.rank + j) % W
+            h = tr.record_start(_REMOTE_STORE, to, nbytes)
+            ctx.store(dst + dst_offset + offs, v, to, mask=mask)
+            tr.record_end(h)
+        tr.record_end(tile)
         t += gl.num_programs(0)
-    _leave(ctx, sync, epoch, FLAGS)
+    _traced_leave(ctx, tr, sync, epoch, FLAGS)

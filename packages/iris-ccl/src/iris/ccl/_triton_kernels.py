@@ -23,7 +23,8 @@ import triton
 import triton.language as tl
 
 from iris.heap import context as abi
-from iris.mem.triton import Context
+from iris.heap.tracing import EVENTS
+from iris.mem.triton import Context, Tracing
 from iris.mem.triton import ops as mops
 
 from . import protocol
@@ -38,6 +39,12 @@ DESC_WORDS = tl.constexpr(protocol.DESC_WORDS)  # code, numel, offset a, offset 
 _MAX = tl.constexpr(protocol.REDUCE_OPS["max"])  # the OP constexpr's codes; anything else sums
 _MIN = tl.constexpr(protocol.REDUCE_OPS["min"])
 _AVG = tl.constexpr(protocol.REDUCE_OPS["avg"])
+# Config(trace=True): the phases every kernel records (iris.heap.tracing.EVENTS), per program.
+_ENTRY_WAIT = tl.constexpr(EVENTS["entry wait"])
+_TILE = tl.constexpr(EVENTS["tile"])
+_REMOTE_LOAD = tl.constexpr(EVENTS["remote load"])
+_REMOTE_STORE = tl.constexpr(EVENTS["remote store"])
+_EXIT_WAIT = tl.constexpr(EVENTS["exit wait"])
 
 
 # -- the sync block (iris.ccl.workspace): FLAGS-strided int64 arrays -------------------------------
@@ -281,6 +288,30 @@ def _leave(ctx, sync, epoch, FLAGS: tl.constexpr):
 
 
 @triton.jit
+def _traced_enter(ctx, tr, sync, code, numel, off_a, off_b, FLAGS: tl.constexpr):
+    """``_enter``, recorded as this program's "entry wait" when tracing."""
+    h = tr.record_start(_ENTRY_WAIT, ctx.rank, 0)
+    epoch, go = _enter(ctx, sync, code, numel, off_a, off_b, FLAGS)
+    tr.record_end(h)
+    return epoch, go
+
+
+@triton.jit
+def _traced_leave(ctx, tr, sync, epoch, FLAGS: tl.constexpr):
+    """``_leave``, recorded as this program's "exit wait" when tracing (the last program's
+    includes waiting for every rank's exit)."""
+    h = tr.record_start(_EXIT_WAIT, ctx.rank, 0)
+    _leave(ctx, sync, epoch, FLAGS)
+    tr.record_end(h)
+
+
+@triton.jit
+def _bytes(mask, ptr):
+    """Bytes that a masked access of ``ptr``'s element type moves (an event's payload)."""
+    return tl.sum(mask.to(tl.int64), axis=0) * (ptr.dtype.element_ty.primitive_bitwidth // 8)
+
+
+@triton.jit
 def _combine(acc, v, OP: tl.constexpr, IS_FLOAT: tl.constexpr):
     if OP == _MAX:
         if IS_FLOAT:
@@ -298,17 +329,24 @@ def _combine(acc, v, OP: tl.constexpr, IS_FLOAT: tl.constexpr):
 
 
 @triton.jit
-def _reduce_tile(ctx, src, mask, W: tl.constexpr, OP: tl.constexpr, ACC_F32: tl.constexpr, IS_FLOAT: tl.constexpr):
+def _reduce_tile(ctx, tr, src, mask, W: tl.constexpr, OP: tl.constexpr, ACC_F32: tl.constexpr,
+                 IS_FLOAT: tl.constexpr):  # fmt: skip
     """``op`` over ranks 0, 1, ..., W-1 (in that order) of the ranks' copies at ``src``.
 
     Unrolled over the ``W`` ranks, so all W loads of a tile are in flight at once (a loop over a
-    runtime world size issues them one after another: W memory latencies per tile).
+    runtime world size issues them one after another: W memory latencies per tile). Tracing
+    records each rank's load ("remote load", target the rank), which serializes them.
     """
+    nbytes = _bytes(mask, src) if tr.enabled else 0
+    h = tr.record_start(_REMOTE_LOAD, 0, nbytes)
     acc = ctx.load(src, 0, mask=mask)
+    tr.record_end(h)
     if ACC_F32:
         acc = acc.to(tl.float32)
     for r in tl.static_range(1, W):
+        h = tr.record_start(_REMOTE_LOAD, r, nbytes)
         v = ctx.load(src, r, mask=mask)
+        tr.record_end(h)
         if ACC_F32:
             v = v.to(tl.float32)
         acc = _combine(acc, v, OP, IS_FLOAT)
@@ -337,10 +375,11 @@ _DESC = ["CODE", "NUMEL", "OFF_A", "OFF_B"]  # vary per call: never specialized 
 
 
 @triton.jit(do_not_specialize=_DESC)
-def barrier_kernel(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS: tl.constexpr):
+def barrier_kernel(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS: tl.constexpr, TRACE: tl.constexpr):
     """One program: every rank arrives (and agrees that this is a barrier); no exit needed."""
     ctx = Context.initialize(context_ptr)
-    epoch, go = _enter(ctx, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS)
+    tr = Tracing.initialize(context_ptr, TRACE)
+    epoch, go = _traced_enter(ctx, tr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS)
     if go == 0:
         _give_up(ctx, sync, epoch, FLAGS)
     tl.store(_state(sync, FLAGS) + 1, epoch)
@@ -351,6 +390,7 @@ def reduce_kernel(
     context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, src, dst, N, start, chunk,
     PUSH: tl.constexpr, DST_CHUNKED: tl.constexpr,
     W: tl.constexpr, OP: tl.constexpr, ACC_F32: tl.constexpr, IS_FLOAT: tl.constexpr, FLAGS: tl.constexpr, BLOCK: tl.constexpr,
+    TRACE: tl.constexpr,
 ):  # fmt: skip
     """Reduce elements [start, min(start + chunk, N)) of src over ranks (every rank's copy).
 
@@ -360,31 +400,38 @@ def reduce_kernel(
     element, reduce_scatter and the reduce-scatter half of rs_ag over this rank's chunk).
     """
     ctx = Context.initialize(context_ptr)
-    epoch, go = _enter(ctx, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS)
+    tr = Tracing.initialize(context_ptr, TRACE)
+    epoch, go = _traced_enter(ctx, tr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS)
     t = tl.program_id(0)
     while go & (t < tl.cdiv(chunk, BLOCK)):
         local = t * BLOCK + tl.arange(0, BLOCK)
         offs = start + local
         mask = (local < chunk) & (offs < N)
-        out = _cast_out(_reduce_tile(ctx, src + offs, mask, W, OP, ACC_F32, IS_FLOAT), dst.dtype.element_ty)
+        nbytes = _bytes(mask, dst) if TRACE else 0
+        tile = tr.record_start(_TILE, ctx.rank, nbytes)
+        out = _cast_out(_reduce_tile(ctx, tr, src + offs, mask, W, OP, ACC_F32, IS_FLOAT), dst.dtype.element_ty)
         if DST_CHUNKED:
             where = dst + offs
         else:
             where = dst + local
         if PUSH:
             for j in tl.static_range(W):
-                ctx.store(where, out, (ctx.rank + j) % W, mask=mask)
+                to = (ctx.rank + j) % W
+                h = tr.record_start(_REMOTE_STORE, to, nbytes)
+                ctx.store(where, out, to, mask=mask)
+                tr.record_end(h)
         else:
             tl.store(where, out, mask=mask)
+        tr.record_end(tile)
         t += tl.num_programs(0)
-    _leave(ctx, sync, epoch, FLAGS)
+    _traced_leave(ctx, tr, sync, epoch, FLAGS)
 
 
 @triton.jit(do_not_specialize=_DESC)
 def gather_kernel(
     context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, src, dst,
     piece, dst_numel, src_stride, src_offset, dst_stride, first_rank,
-    RANKS: tl.constexpr, FLAGS: tl.constexpr, BLOCK: tl.constexpr,
+    RANKS: tl.constexpr, FLAGS: tl.constexpr, BLOCK: tl.constexpr, TRACE: tl.constexpr,
 ):  # fmt: skip
     """For ranks r = first_rank, first_rank + 1, ... (RANKS of them, mod W; unrolled, so their
     loads overlap): dst[r * dst_stride + i] = rank r's src[r * src_stride + src_offset + i], for
@@ -392,34 +439,46 @@ def gather_kernel(
     the all-gather half of rs_ag).
     """
     ctx = Context.initialize(context_ptr)
-    epoch, go = _enter(ctx, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS)
+    tr = Tracing.initialize(context_ptr, TRACE)
+    epoch, go = _traced_enter(ctx, tr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS)
     t = tl.program_id(0)
     while go & (t < tl.cdiv(piece, BLOCK)):
         offs = t * BLOCK + tl.arange(0, BLOCK)
+        tile = tr.record_start(_TILE, ctx.rank, 0)
         for j in tl.static_range(RANKS):
             r = (first_rank + j) % ctx.world_size
             mask = (offs < piece) & (r * dst_stride + offs < dst_numel)
+            h = tr.record_start(_REMOTE_LOAD, r, _bytes(mask, dst) if TRACE else 0)
             v = ctx.load(src + r * src_stride + src_offset + offs, r, mask=mask)
+            tr.record_end(h)
             tl.store(dst + r * dst_stride + offs, v, mask=mask)
+        tr.record_end(tile)
         t += tl.num_programs(0)
-    _leave(ctx, sync, epoch, FLAGS)
+    _traced_leave(ctx, tr, sync, epoch, FLAGS)
 
 
 @triton.jit(do_not_specialize=_DESC)
 def push_kernel(
     context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, src, dst, n, dst_offset,
-    W: tl.constexpr, FLAGS: tl.constexpr, BLOCK: tl.constexpr,
+    W: tl.constexpr, FLAGS: tl.constexpr, BLOCK: tl.constexpr, TRACE: tl.constexpr,
 ):  # fmt: skip
     """Every rank's dst[dst_offset + i] = this rank's src[i], for i < n (all_gather into heap
     outputs: each input read once, from local memory, and stored into all W ranks)."""
     ctx = Context.initialize(context_ptr)
-    epoch, go = _enter(ctx, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS)
+    tr = Tracing.initialize(context_ptr, TRACE)
+    epoch, go = _traced_enter(ctx, tr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS)
     t = tl.program_id(0)
     while go & (t < tl.cdiv(n, BLOCK)):
         offs = t * BLOCK + tl.arange(0, BLOCK)
         mask = offs < n
+        nbytes = _bytes(mask, dst) if TRACE else 0
+        tile = tr.record_start(_TILE, ctx.rank, nbytes)
         v = tl.load(src + offs, mask=mask)
         for j in tl.static_range(W):
-            ctx.store(dst + dst_offset + offs, v, (ctx.rank + j) % W, mask=mask)
+            to = (ctx.rank + j) % W
+            h = tr.record_start(_REMOTE_STORE, to, nbytes)
+            ctx.store(dst + dst_offset + offs, v, to, mask=mask)
+            tr.record_end(h)
+        tr.record_end(tile)
         t += tl.num_programs(0)
-    _leave(ctx, sync, epoch, FLAGS)
+    _traced_leave(ctx, tr, sync, epoch, FLAGS)

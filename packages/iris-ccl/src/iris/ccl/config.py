@@ -31,6 +31,12 @@ class Config:
       peer that gave up) is raised by the next Iris call on this rank, by
       ``heap.check_device_errors()`` or by the heap's watchdog. Ignored while the stream captures
       a CUDA graph (which cannot sync).
+    - ``trace``: the kernels record their phases into the heap's trace buffer (``heap.tracing``,
+      which must be enabled for anything to be recorded): per program an "entry wait" and an
+      "exit wait" (the last program's includes waiting for every rank), per tile a "tile", and
+      per tile and peer a "remote load" or "remote store" (target rank, bytes). The events
+      serialize each tile's loads, so a traced collective runs slower; ``False`` (the default)
+      compiles all of it away.
     """
 
     variant: str = "auto"
@@ -39,6 +45,7 @@ class Config:
     num_warps: int | None = None
     backend: str = "triton"
     blocking: bool = False
+    trace: bool = False
 
     def __post_init__(self):
         if not isinstance(self.variant, str) or self.variant not in ALL_REDUCE_VARIANTS:
@@ -56,8 +63,11 @@ class Config:
             raise ValueError(f"num_warps must be a power of two in [1, {MAX_NUM_WARPS}], got {w!r}")
         if not isinstance(self.blocking, bool):
             raise TypeError(f"blocking must be True or False, got {self.blocking!r}")
+        if not isinstance(self.trace, bool):
+            raise TypeError(f"trace must be True or False, got {self.trace!r}")
         # Configs key the collectives' plans (one hash per call): hash the fields once.
-        fields = (self.variant, self.block_size, self.num_programs, self.num_warps, self.backend, self.blocking)
+        fields = (self.variant, self.block_size, self.num_programs, self.num_warps, self.backend, self.blocking,
+                  self.trace)  # fmt: skip
         object.__setattr__(self, "_hash", hash(fields))
 
     def __hash__(self) -> int:

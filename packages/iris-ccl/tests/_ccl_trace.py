@@ -148,3 +148,35 @@ def overflow(rank, world_size, backend):
         return heap.tracing.dropped
     finally:
         heap.close()
+
+
+def logged(rank, world_size, backend):
+    """What iris.ccl logs (``iris.ccl``, rank-tagged): staging growth and recorded plans at DEBUG,
+    a reset at INFO."""
+    import logging
+
+    records = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record)
+
+    logger = logging.getLogger("iris.ccl")
+    handler, level = Keep(logging.DEBUG), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    heap = iris.heap.init(1 << 22)
+    try:
+        x = torch.ones(N, device=heap.device)  # not on the heap: staged
+        ccl.all_reduce(x, config=ccl.Config(backend=backend, block_size=BLOCK))
+        ccl.reset()
+        messages = [r.getMessage() for r in records]
+        assert any("staging 'in' grown" in m for m in messages), messages
+        assert any("all_reduce: plan recorded" in m for m in messages), messages
+        assert any(m.startswith("reset: done") for m in messages), messages
+        assert {(r.rank, r.world_size) for r in records} == {(rank, world_size)}
+        return True
+    finally:
+        heap.close()
+        logger.removeHandler(handler)
+        logger.setLevel(level)

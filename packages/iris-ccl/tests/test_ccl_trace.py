@@ -1,4 +1,4 @@
-"""``Config(trace=True)``: every collective's phases in the heap's trace buffer (issue 16)."""
+"""``Config(trace=True)``: every collective's phases in the heap's trace buffer (issue 16); and what iris.ccl logs."""
 
 import _ccl_trace
 import pytest
@@ -25,3 +25,7 @@ def test_trace_must_be_a_bool():
     with pytest.raises(TypeError, match="trace must be True or False"):
         ccl.Config(trace=1)
     assert ccl.Config(trace=True) != ccl.Config() and hash(ccl.Config(trace=True)) != hash(ccl.Config())
+
+
+def test_the_collectives_log_rank_tagged_records(world, backend):
+    assert world.run(_ccl_trace.logged, 2, backend) == [True, True]

@@ -116,7 +116,7 @@ class Call:
         except BaseException as e:
             # Programs may have published this rank's entry before the failure (CPU ranks run them
             # one after another): the epochs can no longer be trusted until a reset.
-            self.ws.broken = f"a failure inside {self.name}'s launch ({type(e).__name__}: {e})"
+            self.ws.mark_broken(f"a failure inside {self.name}'s launch ({type(e).__name__}: {e})")
             raise
         if self.plan is not None:
             self.plan.add_launch(kernel, grid, args, constexprs, warps, self.tensors)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 import iris.heap
+from iris.heap.log import get_logger
 
 from . import plans
 from .arguments import (
@@ -30,14 +31,14 @@ from .call import Call
 from .config import Config
 from .workspace import workspace_of
 
+_log = get_logger("ccl")
+
 __all__ = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "barrier", "reset"]
 
 #: all_reduce "auto": per world size, ``(max bytes per rank, variant)`` rows tried in order; the
-#: first row whose bound admits the message wins. From the H200 sweeps (ranks sharing the GPU under
-#: MPS; BENCHMARKS.md): two_shot was fastest at every size measured, 1 KiB .. 64 MiB per rank at
-#: 2 ranks (1 KiB: 78 vs 155 us one_shot) and 1 KiB .. 1 GiB at 4 ranks, on both backends (4 ranks,
-#: Triton: 1 KiB 86 us vs 114 one_shot and 149 rs_ag; 256 MiB 777 us vs 2303 and 939; 1 GiB 3000 us
-#: vs 9080 and 3566), so it is the choice until a measurement says otherwise.
+#: first row whose bound admits the message wins. two_shot was the fastest at every size and world
+#: size of the H200 sweeps (figures in BENCHMARKS.md), so it is the choice until a measurement says
+#: otherwise.
 AUTO_VARIANTS: dict[int | None, tuple[tuple[int | None, str], ...]] = {
     None: ((None, "two_shot"),),  # any world size without a row of its own
 }
@@ -249,12 +250,15 @@ def reset(*, heap=None) -> None:
     be replayed after it.
     """
     heap = check_heap(heap)
+    _log.info("reset: waiting for this rank's device work")
     if heap.device.type == "cuda":
         torch.cuda.synchronize(heap.device)
     _drop_device_errors(heap)
+    _log.info("reset: waiting for every rank (first barrier)")
     heap.barrier()  # every rank's device work is done and its errors dropped
     workspace_of(heap).reset()
     heap.barrier()  # the zeros have landed on every rank before any rank signals again
+    _log.info("reset: done, the collectives are usable again")
 
 
 def _drop_device_errors(heap) -> None:
@@ -262,5 +266,6 @@ def _drop_device_errors(heap) -> None:
         try:
             heap.check_device_errors()
             return
-        except (iris.heap.HeapError, TimeoutError):
+        except (iris.heap.HeapError, TimeoutError) as e:
+            _log.debug("reset: dropped a recorded error (%s: %s)", type(e).__name__, e)
             continue

@@ -26,11 +26,8 @@ _CPU_PROGRAMS = 2
 TILED_OVER = {"reduce_kernel": "chunk", "gather_kernel": "piece", "push_kernel": "n"}
 
 #: Programs per multiprocessor that each kernel is launched with, at most (fewer when fewer fit
-#: at once: ``occupancy``), shared among the ranks on one GPU. From the H200 sweep with 4 ranks
-#: sharing the GPU (BENCHMARKS.md, 64 MiB .. 1 GiB per rank): the reduction kernels need many
-#: loads in flight (reduce_scatter at 1 GiB: 0.61 of the copy roofline at 1 program per
-#: multiprocessor, 0.86 at 2, 0.97 at 4; two_shot 0.78, 0.93, 0.93), while the gather kernel does
-#: best at 1 (all_gather by pulls 0.82, 0.74, 0.79).
+#: at once: ``occupancy``), shared among the ranks on one GPU. The reduction kernels need many
+#: loads in flight, the gather kernel does best at one (the H200 sweep in BENCHMARKS.md).
 PROGRAMS_PER_SM = {"reduce_kernel": 4, "gather_kernel": 1, "push_kernel": 1}
 
 

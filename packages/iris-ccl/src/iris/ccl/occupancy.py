@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import torch
 
+from iris.heap.log import get_logger
+
 from . import _internals
+
+_log = get_logger("ccl")
 
 __all__ = ["resident_per_sm"]
 
@@ -31,8 +35,10 @@ def resident_per_sm(kernel, args: tuple, launch: dict, device: torch.device) -> 
     try:
         used = _internals.resources(kernel.warmup(*args, grid=(1,), **launch))
         fits = 1 if used is None else _fits(*used, launch["num_warps"], torch.cuda.get_device_properties(device))
-    except Exception:  # a probe that fails: the safe default (a kernel that does not compile fails
+    except Exception as e:  # a probe that fails: the safe default (a kernel that does not compile fails
         fits = 1  # again, with its own error, at the launch)
+        _log.debug("occupancy probe of %s failed (%s: %s); assuming 1 program per multiprocessor",
+                   getattr(kernel, "__name__", kernel), type(e).__name__, e)  # fmt: skip
     _RESIDENT[key] = fits
     return fits
 

@@ -142,6 +142,6 @@ def replay(heap, key, tensors: tuple) -> bool:
     try:
         plan.run(tensors)
     except BaseException as e:
-        ws.broken = f"a failure inside {plan.name}'s launch ({type(e).__name__}: {e})"
+        ws.mark_broken(f"a failure inside {plan.name}'s launch ({type(e).__name__}: {e})")
         raise
     return True

@@ -14,9 +14,12 @@ import weakref
 import torch
 
 import iris.heap
+from iris.heap.log import get_logger
 
 from . import protocol
 from .errors import CollectiveError
+
+_log = get_logger("ccl")
 
 __all__ = ["Workspace", "workspace_of"]
 
@@ -65,7 +68,10 @@ class Workspace:
         self.plans: dict = {}  # call key -> the launches it made (iris.ccl.plans.Plan)
         self._names: list[str] = []
         heap.add_error_translator(self._translate)
-        if not heap.reservations()[SYNC].untouched:
+        untouched = heap.reservations()[SYNC].untouched
+        _log.debug("collectives' sync block reserved: %d bytes, %d flag lanes%s", words * 8, f,
+                   "" if untouched else ", reused memory: a barrier before any signal")  # fmt: skip
+        if not untouched:
             heap.barrier()  # reused memory was zeroed here only: every rank's zeros land before any signal
 
     def check_ready(self, name: str) -> None:
@@ -91,7 +97,9 @@ class Workspace:
         self.plans.pop(key, None)
         while len(self.plans) >= limit:
             del self.plans[next(iter(self.plans))]
+            _log.debug("plan limit %d reached: the oldest plan dropped", limit)
         self.plans[key] = plan
+        _log.debug("%s: plan recorded (%d steps; %d plans kept)", plan.name, len(plan.steps), len(self.plans))
 
     def name_of(self, epoch: int) -> str:
         """The collective launched at ``epoch`` (as this host counted; CUDA graph replays are not)."""
@@ -107,8 +115,13 @@ class Workspace:
     def _translate(self, heap, error):
         exc = protocol.translate_error(heap, error, self.name_of)
         if exc is not None and self.broken is None:  # every error of the collectives poisons them until reset()
-            self.broken = f"an earlier error ({type(exc).__name__}: {str(exc).split('. ')[0]})"
+            self.mark_broken(f"an earlier error ({type(exc).__name__}: {str(exc).split('. ')[0]})")
         return exc
+
+    def mark_broken(self, reason: str) -> None:
+        """No collective runs on this heap until ``reset()``: ``reason`` says why (in their errors)."""
+        self.broken = reason
+        _log.error("collectives unusable until iris.ccl.reset() on every rank: %s", reason)
 
     def staging(self, role: str, like: torch.Tensor) -> torch.Tensor:
         """A reserved buffer shaped like ``like`` for ``role`` ("in", "out"), grown on demand."""
@@ -123,7 +136,9 @@ class Workspace:
             except iris.heap.HeapExhaustedError:
                 if size == nbytes:
                     raise
+                _log.warning("staging %r: the heap cannot hold %d bytes; reserving exactly %d", role, size, nbytes)
                 grown = self._reserve(role, nbytes)  # every rank fails alike: the heaps are symmetric
+            _log.debug("staging %r grown to %d bytes", role, grown.numel())
             buf = self._staging[role] = grown
         return buf[:nbytes].view(like.dtype).view(like.shape)
 

@@ -201,3 +201,36 @@ def test_each_instrumented_kernel_has_its_tracing_only_with_trace():
         clock, sm = reads[name, False]  # the kernel's own clock reads (the ping-pong's bounded waits)
         assert sm == 0, name
         assert reads[name, True] == (clock + 2, 1), name  # one event per program: start and end, its SM once
+
+
+def _bytes_to(counts, name):
+    """Bytes of the ``name`` events, by target rank."""
+    out = {}
+    for (event, _, target, nbytes), k in counts.items():
+        if event == name:
+            out[target] = out.get(target, 0) + k * nbytes
+    return out
+
+
+@pytest.mark.parametrize("example", ["gemm-all-scatter", "gemm-all-scatter-gluon"])
+def test_gemm_all_scatter_traces_its_tiles_stores_and_the_collectives(tmp_path, example):
+    """The fused kernel's tiles and stores, and the iris.ccl barriers and all_gather (Config(trace=True))."""
+    m, n, ranks = 32, 32, 2
+    per_rank = _traced(tmp_path, example, "--sizes", f"{m}x{n}x16", "--iters", "0", ranks=ranks)
+    block = m * (n // ranks) * 2  # the M x N/W bfloat16 (the default) block each rank computes and scatters
+    for counts in per_rank:
+        names = {name for name, *_ in counts}
+        assert {"tile", "remote store", "entry wait", "exit wait"} <= names, names
+        # every rank receives this rank's block from the fused kernel, and again from the
+        # baseline's all_gather (which pushes into a heap output)
+        assert _bytes_to(counts, "remote store") == dict.fromkeys(range(ranks), 2 * block)
+
+
+def test_ccl_bench_traces_every_collective(tmp_path):
+    per_rank = _traced(tmp_path, "ccl-bench", "--sizes", "1K", "--iters", "1", "--reps", "1",
+                       "--collectives", "all_gather", "--latency-sizes", ranks=2)  # fmt: skip
+    for counts in per_rank:
+        names = {name for name, *_ in counts}
+        assert {"entry wait", "tile", "remote store", "exit wait"} <= names, names
+        pushed = _bytes_to(counts, "remote store")
+        assert set(pushed) == {0, 1} and pushed[0] == pushed[1] and pushed[0] % 1024 == 0

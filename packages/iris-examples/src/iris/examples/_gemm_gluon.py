@@ -27,7 +27,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia import ampere
 
 import iris.mem.gluon as img
-from iris.mem.gluon import Context
+from iris.heap.tracing import EVENTS
+from iris.mem.gluon import Context, Tracing
 
 __all__ = ["gemm_all_scatter_kernel", "launch_options", "layouts", "uses_mma_v2"]
 
@@ -37,6 +38,8 @@ VECTOR_BYTES = 16
 
 #: Whether Gluon kernels run on CPU ranks in this process (``TRITON_INTERPRET=1``: iris.mem.gluon.interpret).
 _CPU_RANKS = gl.constexpr(bool(triton.knobs.runtime.interpret))
+_TILE = gl.constexpr(EVENTS["tile"])  # --trace: a tile's product, then its store to each rank
+_REMOTE_STORE = gl.constexpr(EVENTS["remote store"])
 
 
 @gluon.jit
@@ -106,7 +109,7 @@ def _matmul_tile(
 
 @gluon.jit
 def _scatter_tile(
-    ctx, c, c_ptr, pid_m, pid_n, M, N, stride_cm, rank_stride,
+    ctx, tr, c, c_ptr, pid_m, pid_n, M, N, stride_cm, rank_stride,
     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STORE: gl.constexpr, SCATTER: gl.constexpr,
 ):  # fmt: skip
     """Store tile ``c`` (layout STORE) at its place in this rank's block of C: in every rank's copy
@@ -116,8 +119,12 @@ def _scatter_tile(
     mask = (rm[:, None] < M) & (rn[None, :] < N)
     ptrs = c_ptr + ctx.rank * rank_stride + rm[:, None].to(gl.int64) * stride_cm + rn[None, :]
     if SCATTER:
+        nbytes = gl.sum(gl.sum(mask.to(gl.int64), axis=1), axis=0) * (c_ptr.dtype.element_ty.primitive_bitwidth // 8)
         for i in range(1, ctx.world_size + 1):  # the next rank first, this rank's own copy last
-            ctx.store(ptrs, c, (ctx.rank + i) % ctx.world_size, mask=mask)
+            to = (ctx.rank + i) % ctx.world_size
+            h = tr.record_start(_REMOTE_STORE, to, nbytes)
+            ctx.store(ptrs, c, to, mask=mask)
+            tr.record_end(h)
     else:
         gl.store(ptrs, c, mask=mask)
 
@@ -130,21 +137,24 @@ def gemm_all_scatter_kernel(
     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
     SCATTER: gl.constexpr,
     LOAD_A: gl.constexpr, LOAD_B: gl.constexpr, ACC: gl.constexpr, DOT_A: gl.constexpr, DOT_B: gl.constexpr,
-    STORE: gl.constexpr, USE_MMA_V2: gl.constexpr,
+    STORE: gl.constexpr, USE_MMA_V2: gl.constexpr, TRACE: gl.constexpr = False,
 ):  # fmt: skip
     """C[:, this rank's N columns] = A (M x K) @ B_rank (K x N), stored into every rank's C
-    (``iris.examples._gemm_triton``'s contract; the layouts come from :func:`layouts`)."""
+    (``iris.examples._gemm_triton``'s contract, tracing included; the layouts come from :func:`layouts`)."""
     ctx = Context.initialize(context_ptr)
+    tr = Tracing.initialize(context_ptr, TRACE)
     num_pid_m = gl.cdiv(M, BLOCK_M)
     num_pid_n = gl.cdiv(N, BLOCK_N)
     for tile in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
         pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
+        h = tr.record_start(_TILE, ctx.rank, BLOCK_M * BLOCK_N * (c_ptr.dtype.element_ty.primitive_bitwidth // 8))
         acc = _matmul_tile(
             a_ptr, b_ptr, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
             BLOCK_M, BLOCK_N, BLOCK_K, LOAD_A, LOAD_B, ACC, DOT_A, DOT_B, USE_MMA_V2,
         )  # fmt: skip
         c = gl.convert_layout(acc.to(c_ptr.dtype.element_ty), STORE)
-        _scatter_tile(ctx, c, c_ptr, pid_m, pid_n, M, N, stride_cm, rank_stride, BLOCK_M, BLOCK_N, STORE, SCATTER)
+        tr.record_end(h)
+        _scatter_tile(ctx, tr, c, c_ptr, pid_m, pid_n, M, N, stride_cm, rank_stride, BLOCK_M, BLOCK_N, STORE, SCATTER)
 
 
 # -- host side: layouts for a target ------------------------------------------------------------

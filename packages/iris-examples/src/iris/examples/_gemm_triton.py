@@ -24,7 +24,11 @@ import triton
 import triton.language as tl
 
 import iris.mem.triton as imt
-from iris.mem.triton import Context
+from iris.heap.tracing import EVENTS
+from iris.mem.triton import Context, Tracing
+
+_TILE = tl.constexpr(EVENTS["tile"])  # --trace: a tile's product, then its store to each rank
+_REMOTE_STORE = tl.constexpr(EVENTS["remote store"])
 
 __all__ = ["gemm_all_scatter_kernel", "launch_options"]
 
@@ -84,17 +88,22 @@ def _matmul_tile(
 
 @triton.jit
 def _scatter_tile(
-    ctx, c, c_ptr, pid_m, pid_n, M, N, stride_cm, rank_stride,
+    ctx, tr, c, c_ptr, pid_m, pid_n, M, N, stride_cm, rank_stride,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SCATTER: tl.constexpr,
 ):  # fmt: skip
-    """Store tile ``c`` at its place in this rank's block of C: in every rank's copy (SCATTER), else locally."""
+    """Store tile ``c`` at its place in this rank's block of C: in every rank's copy (SCATTER), else
+    locally. Traced: each rank's store, a "remote store" of the tile's bytes to that rank."""
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = (rm[:, None] < M) & (rn[None, :] < N)
     ptrs = c_ptr + ctx.rank * rank_stride + rm[:, None].to(tl.int64) * stride_cm + rn[None, :]
     if SCATTER:
+        nbytes = tl.sum(tl.sum(mask.to(tl.int64), axis=1), axis=0) * (c_ptr.dtype.element_ty.primitive_bitwidth // 8)
         for i in range(1, ctx.world_size + 1):  # the next rank first, this rank's own copy last
-            ctx.store(ptrs, c, (ctx.rank + i) % ctx.world_size, mask=mask)
+            to = (ctx.rank + i) % ctx.world_size
+            h = tr.record_start(_REMOTE_STORE, to, nbytes)
+            ctx.store(ptrs, c, to, mask=mask)
+            tr.record_end(h)
     else:
         tl.store(ptrs, c, mask=mask)
 
@@ -105,19 +114,24 @@ def gemm_all_scatter_kernel(
     a_ptr, b_ptr, c_ptr, context_ptr, M, N, K,
     stride_am, stride_ak, stride_bk, stride_bn, stride_cm, rank_stride,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    SCATTER: tl.constexpr,
+    SCATTER: tl.constexpr, TRACE: tl.constexpr = False,
 ):  # fmt: skip
-    """C[:, this rank's N columns] = A (M x K) @ B_rank (K x N), stored into every rank's C (see the module)."""
+    """C[:, this rank's N columns] = A (M x K) @ B_rank (K x N), stored into every rank's C (see the module).
+
+    ``TRACE``: each tile's product is a "tile" event (its output bytes), each store a "remote store"."""
     ctx = Context.initialize(context_ptr)
+    tr = Tracing.initialize(context_ptr, TRACE)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     for tile in range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0)):
         pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
+        h = tr.record_start(_TILE, ctx.rank, BLOCK_M * BLOCK_N * (c_ptr.dtype.element_ty.primitive_bitwidth // 8))
         acc = _matmul_tile(
             a_ptr, b_ptr, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K
         )
         c = acc.to(c_ptr.dtype.element_ty)
-        _scatter_tile(ctx, c, c_ptr, pid_m, pid_n, M, N, stride_cm, rank_stride, BLOCK_M, BLOCK_N, SCATTER)
+        tr.record_end(h)
+        _scatter_tile(ctx, tr, c, c_ptr, pid_m, pid_n, M, N, stride_cm, rank_stride, BLOCK_M, BLOCK_N, SCATTER)
 
 
 def launch_options(tiles, dtype, target) -> dict:

@@ -48,7 +48,7 @@ import torch
 import iris.ccl as ccl
 import iris.heap
 
-from . import environment, tables, timing, validation
+from . import environment, tables, timing, trace, validation
 from .options import positive_int
 from .units import format_bytes, size_type
 
@@ -221,7 +221,8 @@ def rank_main(args: argparse.Namespace) -> dict:
 
     w, sizes = args.ranks, sorted(set(args.sizes))
     biggest = max(sizes) // 4
-    heap = iris.heap.init(biggest * 4 * (w + 5) + (64 << 20))  # x, out (w x), staging, and room to spare
+    # x, out (w x), staging, the trace buffer (--trace) and room to spare
+    heap = iris.heap.init(biggest * 4 * (w + 5) + (64 << 20) + trace.heap_bytes(args))
     try:
         rank, dev = heap.rank, heap.device
         nccl = None
@@ -234,56 +235,65 @@ def rank_main(args: argparse.Namespace) -> dict:
             torch.cuda.set_device(dev)
             nccl = dist.new_group(backend="nccl")
         rows, mismatches = [], []
-        with tables.progress("ccl-bench", len(sizes) * len(args.collectives), enabled=rank == 0) as bar:
-            for nbytes in sizes:
-                n = nbytes // 4
-                copy_bw = copy_roofline(nbytes, heap, args.iters, args.reps)
-                x = heap.empty(n)
-                out = heap.empty(w * n)  # on the heap, as a user after speed keeps it: all_gather pushes
-                part = torch.empty(n // w, device=dev)
-                for name in args.collectives:
-                    coll, _, variant = name.partition(":")
-                    # checked once against torch (blocking: raises at once)
-                    x.copy_(_input(rank, n, dev))
-                    _calls(x, out, part, n, ccl.Config(variant=variant or "auto", backend=args.backend, blocking=True))[
-                        coll
-                    ]()
-                    found = validation.compare(_result(coll, x, out, part, n), expected(coll, rank, w, n), rank=rank,
-                                               what=f"{name} of {format_bytes(nbytes)} per rank")  # fmt: skip
-                    mismatches += [found] if found is not None else []
-                    x.normal_()
-                    cfg = ccl.Config(variant=variant or "auto", backend=args.backend)
-                    t = timed(_calls(x, out, part, n, cfg)[coll], args.iters)
-                    heap.barrier()  # surfaces any device-side timeout from the timed loop
-                    moved = traffic(coll, nbytes, w)
-                    row = {"collective": name, "ranks": w, "backend": args.backend, "bytes_per_rank": nbytes,
-                           "time_us": t * 1e6, "traffic_GBps": moved / t / 1e9, "copy_GBps": copy_bw / 1e9,
-                           "ratio_vs_copy": moved / t / copy_bw, "check": "ok" if found is None else "MISMATCH"}  # fmt: skip
-                    if nccl is not None:
-                        tn = timed(_calls(x, out, part, n, None, nccl)[coll], args.iters)
-                        row["nccl_us"] = tn * 1e6
-                        row["speedup_vs_nccl"] = tn / t
+        with trace.session(heap, args) as tracing:  # --trace: every iris collective below
+            with tables.progress("ccl-bench", len(sizes) * len(args.collectives), enabled=rank == 0) as bar:
+                for nbytes in sizes:
+                    n = nbytes // 4
+                    copy_bw = copy_roofline(nbytes, heap, args.iters, args.reps)
+                    x = heap.empty(n)
+                    out = heap.empty(w * n)  # on the heap, as a user after speed keeps it: all_gather pushes
+                    part = torch.empty(n // w, device=dev)
+                    for name in args.collectives:
+                        coll, _, variant = name.partition(":")
+                        # checked once against torch (blocking: raises at once)
+                        x.copy_(_input(rank, n, dev))
+                        _calls(
+                            x,
+                            out,
+                            part,
+                            n,
+                            ccl.Config(
+                                variant=variant or "auto", backend=args.backend, blocking=True, trace=tracing.on
+                            ),
+                        )[coll]()
+                        found = validation.compare(_result(coll, x, out, part, n), expected(coll, rank, w, n), rank=rank,
+                                                   what=f"{name} of {format_bytes(nbytes)} per rank")  # fmt: skip
+                        mismatches += [found] if found is not None else []
+                        x.normal_()
+                        cfg = ccl.Config(variant=variant or "auto", backend=args.backend, trace=tracing.on)
+                        t = timed(_calls(x, out, part, n, cfg)[coll], args.iters)
+                        heap.barrier()  # surfaces any device-side timeout from the timed loop
+                        moved = traffic(coll, nbytes, w)
+                        row = {"collective": name, "ranks": w, "backend": args.backend, "bytes_per_rank": nbytes,
+                               "time_us": t * 1e6, "traffic_GBps": moved / t / 1e9, "copy_GBps": copy_bw / 1e9,
+                               "ratio_vs_copy": moved / t / copy_bw, "check": "ok" if found is None else "MISMATCH"}  # fmt: skip
+                        if nccl is not None:
+                            tn = timed(_calls(x, out, part, n, None, nccl)[coll], args.iters)
+                            row["nccl_us"] = tn * 1e6
+                            row["speedup_vs_nccl"] = tn / t
+                        rows.append(row)
+                        bar.advance()
+                    heap.free(out)
+                    heap.free(x)
+            bare = torch.zeros(1, device=dev)
+            for nbytes in sorted(set(args.latency_sizes)):  # small-message all_reduce latency
+                y = heap.randn(nbytes // 4)
+                for variant in LATENCY_VARIANTS:
+                    cfg = ccl.Config(variant=variant, backend=args.backend, trace=tracing.on)
+                    call = lambda y=y, cfg=cfg: ccl.all_reduce(y, config=cfg)  # noqa: E731
+                    t = timed(call, max(1, args.latency_iters // args.reps))
+                    one = timing.time_launches(
+                        call, reps=1, iters=args.latency_iters, warmup=3, device=dev, queued=False
+                    )
+                    host = _host_seconds(call, args.latency_iters, dev, agree)
+                    torch_host = _host_seconds(lambda: bare.add_(1), args.latency_iters, dev, agree)
+                    row = {"collective": f"all_reduce:{variant}", "ranks": w, "backend": args.backend,
+                           "bytes_per_rank": nbytes, "time_us": t * 1e6, "call_us": one * 1e6, "host_us": host * 1e6,
+                           "torch_launch_us": torch_host * 1e6, "host_vs_launch": host / torch_host, "latency": True}  # fmt: skip
+                    if dev.type == "cuda":
+                        row["graph_us"] = _graph_seconds(call, args.latency_iters, dev, agree) * 1e6
                     rows.append(row)
-                    bar.advance()
-                heap.free(out)
-                heap.free(x)
-        bare = torch.zeros(1, device=dev)
-        for nbytes in sorted(set(args.latency_sizes)):  # small-message all_reduce latency
-            y = heap.randn(nbytes // 4)
-            for variant in LATENCY_VARIANTS:
-                cfg = ccl.Config(variant=variant, backend=args.backend)
-                call = lambda y=y, cfg=cfg: ccl.all_reduce(y, config=cfg)  # noqa: E731
-                t = timed(call, max(1, args.latency_iters // args.reps))
-                one = timing.time_launches(call, reps=1, iters=args.latency_iters, warmup=3, device=dev, queued=False)
-                host = _host_seconds(call, args.latency_iters, dev, agree)
-                torch_host = _host_seconds(lambda: bare.add_(1), args.latency_iters, dev, agree)
-                row = {"collective": f"all_reduce:{variant}", "ranks": w, "backend": args.backend,
-                       "bytes_per_rank": nbytes, "time_us": t * 1e6, "call_us": one * 1e6, "host_us": host * 1e6,
-                       "torch_launch_us": torch_host * 1e6, "host_vs_launch": host / torch_host, "latency": True}  # fmt: skip
-                if dev.type == "cuda":
-                    row["graph_us"] = _graph_seconds(call, args.latency_iters, dev, agree) * 1e6
-                rows.append(row)
-            heap.free(y)
+                heap.free(y)
         heap.barrier()
         return {
             "rank": rank,

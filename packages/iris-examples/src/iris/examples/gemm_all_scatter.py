@@ -58,6 +58,7 @@ import iris.ccl as ccl
 import iris.heap
 
 from . import environment, tables, timing, validation
+from . import trace as trace_option  # --trace (the kernel's own argument is named trace)
 from .options import positive_int
 
 __all__ = [
@@ -199,13 +200,14 @@ def _launch_options(backend: str, tiles: Tiles, dtype: torch.dtype, target, gluo
 
 def gemm_all_scatter(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, heap, tiles: Tiles, backend: str = "triton",
                      layout: str = "blocks", scatter: bool = True, gluon_dot: str = "auto",
-                     programs: int = 1) -> torch.Tensor:  # fmt: skip
+                     programs: int = 1, trace: bool = False) -> torch.Tensor:  # fmt: skip
     """Launch the fused kernel once: this rank's block ``a @ b`` into every rank's ``c`` (no barriers).
 
     ``a``: M x K, ``b``: this rank's K x N columns, on the heap's device (any strides); ``c``: a
     heap tensor, ``(W, M, N)`` for ``layout="blocks"`` or ``(M, W*N)`` for ``"matrix"``, rows
     contiguous. ``scatter=False`` stores only this rank's copy. ``gluon_dot`` picks the Gluon
-    product (``auto``: tensor cores on NVIDIA, FMA elsewhere). The caller synchronises: a barrier
+    product (``auto``: tensor cores on NVIDIA, FMA elsewhere). ``trace``: record each tile's product
+    and each of its stores into ``heap.tracing``'s buffer. The caller synchronises: a barrier
     before (peers' C free) and after (C complete), as :func:`rank_main` does.
     """
     w = heap.world_size
@@ -234,7 +236,7 @@ def gemm_all_scatter(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, heap,
         a, b, c, heap.context, m, n, k,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), stride_cm, rank_stride,
         BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k, GROUP_M=tiles.group_m,
-        SCATTER=scatter, **options,
+        SCATTER=scatter, TRACE=trace, **options,
     )  # fmt: skip
     return c
 
@@ -368,7 +370,7 @@ def rank_main(args: argparse.Namespace) -> dict:
 
     w, dtype = args.ranks, DTYPES[args.dtype]
     size = max(torch.empty((), dtype=dtype).element_size() * m * n * (w + 1) // w for m, n, _ in args.sizes)
-    heap = iris.heap.init(size + (8 << 20))  # C and the baseline's product; the rest is iris.ccl's flags
+    heap = iris.heap.init(size + (8 << 20) + trace_option.heap_bytes(args))  # C, the baseline's product, ccl's flags
     try:
         # iris.ccl's workspace (its flags) is allocated on first use: make that now, at the bottom of
         # the heap, so it does not split the free space that each size's C needs in one block.
@@ -379,9 +381,12 @@ def rank_main(args: argparse.Namespace) -> dict:
         nccl = None
         if dev.type == "cuda" and w > 1 and sharing == 1:
             nccl = dist.new_group(backend="nccl")
-        cfg = ccl.Config(backend=args.backend)
         rows, mismatches = [], []
-        with tables.progress("gemm-all-scatter", len(args.sizes), enabled=rank == 0) as bar:
+        with (
+            trace_option.session(heap, args) as tracing,
+            tables.progress("gemm-all-scatter", len(args.sizes), enabled=rank == 0) as bar,
+        ):
+            cfg = ccl.Config(backend=args.backend, trace=tracing.on)
             for shape in args.sizes:
                 row, found = _one_size(args, heap, shape, tiles, cfg, nccl, sharing)
                 rows.append(row)
@@ -409,9 +414,9 @@ def _one_size(args, heap, shape, tiles, cfg, nccl, sharing):
     gathered = c if layout == "blocks" else torch.empty(w, m, cols, dtype=dtype, device=dev)
     programs = _programs(tiles, shape, w, dev, sharing)
     launch = {"heap": heap, "tiles": tiles, "backend": args.backend, "layout": layout, "gluon_dot": args.gluon_dot,
-              "programs": programs}  # fmt: skip
+              "programs": programs, "trace": cfg.trace}  # fmt: skip
 
-    quiet = ccl.Config(backend=args.backend)  # asynchronous: no host sync inside the timed loop
+    quiet = cfg  # asynchronous: no host sync inside the timed loop
 
     def fused():
         ccl.barrier(heap=heap, config=quiet)  # no rank writes into a peer's C before the peer is done with it

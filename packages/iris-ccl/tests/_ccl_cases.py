@@ -12,6 +12,7 @@ import torch.distributed as dist
 
 import iris.ccl as ccl
 import iris.heap
+from iris.testing import gather  # every rank's expected tensor, over gloo (no device work)
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.int32]
 SHAPES = [(1,), (7,), (5, 3), (4, 6, 2), (300,)]  # (300,) spans several 64-element tiles
@@ -164,7 +165,7 @@ def back_to_back(rank, world_size, backend, count):
         cfg = ccl.Config(variant=variants[i % 3], block_size=128, num_programs=2, backend=backend)
         if kind == 0:
             ccl.all_reduce(x, config=cfg)  # x = sum over ranks
-            total = sum(expected_r for expected_r in _all_expected(expected, w))
+            total = sum(expected_r for expected_r in gather(expected, w))
             expected = total
         elif kind == 1:
             x.mul_(0.5)
@@ -172,22 +173,13 @@ def back_to_back(rank, world_size, backend, count):
         elif kind == 2:
             ccl.all_gather(gathered, x, config=cfg)
             x.copy_(gathered.view(w, 257)[(rank + 1) % w])  # now holds the right neighbour's values
-            expected = _all_expected(expected, w)[(rank + 1) % w]
+            expected = gather(expected, w)[(rank + 1) % w]
         else:
             ccl.broadcast(x, i % w, config=cfg)
-            expected = _all_expected(expected, w)[i % w]
+            expected = gather(expected, w)[i % w]
     heap.barrier()  # raises what the (asynchronous) collectives recorded, if anything
     assert torch.equal(x.cpu(), expected), (x, expected)
     return x.sum().item()
-
-
-def _all_expected(mine, w):
-    """Every rank's expected tensor: gathered over gloo from the host-side model (no device work)."""
-    if w == 1:
-        return [mine]
-    out = [None] * w
-    dist.all_gather_object(out, mine)
-    return out
 
 
 def bad_inputs(rank, world_size, backend):

@@ -30,7 +30,7 @@ from _ccl_cases import ops_for, reference_reduce  # torch.distributed's semantic
 
 import iris.ccl as ccl
 import iris.heap
-from iris.ccl import call
+from iris.ccl import call, protocol
 
 HEAP_SIZE = 1 << 22
 BLOCK = 64
@@ -45,15 +45,7 @@ ALLOWANCE = 0.5
 QUIET = 30.0  # wait_timeout while nothing is meant to fail: a hang still ends, a slow rank does not
 
 #: Every dtype the heap holds; the reductions accept ``REDUCIBLE``, data movement all of them.
-HEAP_DTYPES = [
-    getattr(torch, name)
-    for name in (
-        "bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64", "float16",
-        "bfloat16", "float32", "float64", "complex64", "complex128", "float8_e4m3fn", "float8_e5m2",
-        "float8_e4m3fnuz", "float8_e5m2fnuz",
-    )
-    if hasattr(torch, name)
-]  # fmt: skip
+HEAP_DTYPES = protocol.DTYPES
 REDUCIBLE = [torch.float16, torch.bfloat16, torch.float32, torch.float64,
              torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8]  # fmt: skip
 #: Integer ranges whose sums over 4 ranks stay in range (torch and the kernels would both wrap,

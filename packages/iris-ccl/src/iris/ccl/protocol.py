@@ -66,7 +66,8 @@ VARIANTS = {"": 0, "one_shot": 1, "two_shot": 2, "rs_ag": 3, "push": 4, "pull": 
 #: and the op field of a description.
 REDUCE_OPS = {"sum": 0, "max": 1, "min": 2, "avg": 3}
 OPS = {**REDUCE_OPS, "": 15}  # "": a collective without an op
-_DTYPES = [
+#: Every dtype a description can name (the heap holds each; reductions take fewer).
+DTYPES = [
     getattr(torch, name)
     for name in (
         "bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64", "float16",
@@ -75,7 +76,7 @@ _DTYPES = [
     )
     if hasattr(torch, name)
 ]  # fmt: skip
-_DTYPE_ID = {d: i + 1 for i, d in enumerate(_DTYPES)}
+_DTYPE_ID = {d: i + 1 for i, d in enumerate(DTYPES)}
 
 # CODE's bit fields: (name, shift, width)
 _BITS = (("collective", 0, 4), ("variant", 4, 4), ("op", 8, 4), ("dtype", 12, 8), ("on heap", 20, 4), ("src", 24, 20),
@@ -104,7 +105,7 @@ def decode(code: int) -> dict[str, object]:
         "collective": inverse(KINDS, raw["collective"]),
         "variant": inverse(VARIANTS, raw["variant"]) or "-",
         "op": inverse(OPS, raw["op"]) or "-",
-        "dtype": _DTYPES[raw["dtype"] - 1] if 0 < raw["dtype"] <= len(_DTYPES) else "-",
+        "dtype": DTYPES[raw["dtype"] - 1] if 0 < raw["dtype"] <= len(DTYPES) else "-",
         "on heap": raw["on heap"],
         "src": raw["src"] - 1,
         "memory layout": "row-major" if raw["memory layout"] == 0 else f"dims permuted (#{raw['memory layout']})",

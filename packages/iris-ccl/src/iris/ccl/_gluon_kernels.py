@@ -302,12 +302,15 @@ def _leave(ctx, sync, epoch, FLAGS: gl.constexpr):
 
 
 @gluon.jit
-def _traced_enter(ctx, tr, sync, code, numel, off_a, off_b, FLAGS: gl.constexpr):
-    """``_enter``, recorded as this program's "entry wait" when tracing."""
+def _begin(context_ptr, sync, code, numel, off_a, off_b, FLAGS: gl.constexpr, TRACE: gl.constexpr):
+    """Every kernel's start: ``(ctx, tr, epoch, go)``, the context, the tracing (``TRACE``) and
+    ``_enter``'s answer, recorded as this program's "entry wait" when tracing."""
+    ctx = Context.initialize(context_ptr)
+    tr = Tracing.initialize(context_ptr, TRACE)
     h = tr.record_start(_ENTRY_WAIT, ctx.rank, 0)
     epoch, go = _enter(ctx, sync, code, numel, off_a, off_b, FLAGS)
     tr.record_end(h)
-    return epoch, go
+    return ctx, tr, epoch, go
 
 
 @gluon.jit
@@ -391,9 +394,7 @@ _DESC = ["CODE", "NUMEL", "OFF_A", "OFF_B"]  # vary per call: never specialized 
 @gluon.jit(do_not_specialize=_DESC)
 def barrier_kernel(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS: gl.constexpr, TRACE: gl.constexpr):
     """One program: every rank arrives (and agrees that this is a barrier); no exit needed."""
-    ctx = Context.initialize(context_ptr)
-    tr = Tracing.initialize(context_ptr, TRACE)
-    epoch, go = _traced_enter(ctx, tr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS)
+    ctx, tr, epoch, go = _begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS, TRACE)
     if go == 0:
         _give_up(ctx, sync, epoch, FLAGS)
     gl.store(_state(sync, FLAGS) + 1, epoch)
@@ -408,10 +409,8 @@ def reduce_kernel(
     TRACE: gl.constexpr,
 ):  # fmt: skip
     """Reduce elements [start, min(start + chunk, N)) of src over ranks (see _triton_kernels)."""
-    ctx = Context.initialize(context_ptr)
+    ctx, tr, epoch, go = _begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS, TRACE)
     L: gl.constexpr = _tile_layout(BLOCK, gl.num_warps(), src.dtype.element_ty)
-    tr = Tracing.initialize(context_ptr, TRACE)
-    epoch, go = _traced_enter(ctx, tr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS)
     t = gl.program_id(0)
     while go & (t < gl.cdiv(chunk, BLOCK)):
         local = t * BLOCK + gl.arange(0, BLOCK, layout=L)
@@ -447,10 +446,8 @@ def gather_kernel(
     """For ranks r = first_rank, first_rank + 1, ... (RANKS of them, mod W): dst[r * dst_stride + i]
     = rank r's src[r * src_stride + src_offset + i], for i < piece and r * dst_stride + i < dst_numel
     (see _triton_kernels)."""
-    ctx = Context.initialize(context_ptr)
+    ctx, tr, epoch, go = _begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS, TRACE)
     L: gl.constexpr = _tile_layout(BLOCK, gl.num_warps(), src.dtype.element_ty)
-    tr = Tracing.initialize(context_ptr, TRACE)
-    epoch, go = _traced_enter(ctx, tr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS)
     t = gl.program_id(0)
     while go & (t < gl.cdiv(piece, BLOCK)):
         offs = t * BLOCK + gl.arange(0, BLOCK, layout=L)
@@ -475,10 +472,8 @@ def push_kernel(
 ):  # fmt: skip
     """Every rank's dst[dst_offset + i] = this rank's src[i], for i < n (all_gather into heap
     outputs: each input read once, from local memory, and stored into all W ranks)."""
-    ctx = Context.initialize(context_ptr)
+    ctx, tr, epoch, go = _begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS, TRACE)
     L: gl.constexpr = _tile_layout(BLOCK, gl.num_warps(), src.dtype.element_ty)
-    tr = Tracing.initialize(context_ptr, TRACE)
-    epoch, go = _traced_enter(ctx, tr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS)
     t = gl.program_id(0)
     while go & (t < gl.cdiv(n, BLOCK)):
         offs = t * BLOCK + gl.arange(0, BLOCK, layout=L)

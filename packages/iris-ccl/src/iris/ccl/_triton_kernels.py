@@ -288,12 +288,15 @@ def _leave(ctx, sync, epoch, FLAGS: tl.constexpr):
 
 
 @triton.jit
-def _traced_enter(ctx, tr, sync, code, numel, off_a, off_b, FLAGS: tl.constexpr):
-    """``_enter``, recorded as this program's "entry wait" when tracing."""
+def _begin(context_ptr, sync, code, numel, off_a, off_b, FLAGS: tl.constexpr, TRACE: tl.constexpr):
+    """Every kernel's start: ``(ctx, tr, epoch, go)``, the context, the tracing (``TRACE``) and
+    ``_enter``'s answer, recorded as this program's "entry wait" when tracing."""
+    ctx = Context.initialize(context_ptr)
+    tr = Tracing.initialize(context_ptr, TRACE)
     h = tr.record_start(_ENTRY_WAIT, ctx.rank, 0)
     epoch, go = _enter(ctx, sync, code, numel, off_a, off_b, FLAGS)
     tr.record_end(h)
-    return epoch, go
+    return ctx, tr, epoch, go
 
 
 @triton.jit
@@ -377,9 +380,7 @@ _DESC = ["CODE", "NUMEL", "OFF_A", "OFF_B"]  # vary per call: never specialized 
 @triton.jit(do_not_specialize=_DESC)
 def barrier_kernel(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS: tl.constexpr, TRACE: tl.constexpr):
     """One program: every rank arrives (and agrees that this is a barrier); no exit needed."""
-    ctx = Context.initialize(context_ptr)
-    tr = Tracing.initialize(context_ptr, TRACE)
-    epoch, go = _traced_enter(ctx, tr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS)
+    ctx, tr, epoch, go = _begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS, TRACE)
     if go == 0:
         _give_up(ctx, sync, epoch, FLAGS)
     tl.store(_state(sync, FLAGS) + 1, epoch)
@@ -399,9 +400,7 @@ def reduce_kernel(
     and no one but this rank touches its chunk) or only the local one (one_shot over every
     element, reduce_scatter and the reduce-scatter half of rs_ag over this rank's chunk).
     """
-    ctx = Context.initialize(context_ptr)
-    tr = Tracing.initialize(context_ptr, TRACE)
-    epoch, go = _traced_enter(ctx, tr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS)
+    ctx, tr, epoch, go = _begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS, TRACE)
     t = tl.program_id(0)
     while go & (t < tl.cdiv(chunk, BLOCK)):
         local = t * BLOCK + tl.arange(0, BLOCK)
@@ -438,9 +437,7 @@ def gather_kernel(
     i < piece and r * dst_stride + i < dst_numel (all_gather by pulls, all_to_all, broadcast and
     the all-gather half of rs_ag).
     """
-    ctx = Context.initialize(context_ptr)
-    tr = Tracing.initialize(context_ptr, TRACE)
-    epoch, go = _traced_enter(ctx, tr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS)
+    ctx, tr, epoch, go = _begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS, TRACE)
     t = tl.program_id(0)
     while go & (t < tl.cdiv(piece, BLOCK)):
         offs = t * BLOCK + tl.arange(0, BLOCK)
@@ -464,9 +461,7 @@ def push_kernel(
 ):  # fmt: skip
     """Every rank's dst[dst_offset + i] = this rank's src[i], for i < n (all_gather into heap
     outputs: each input read once, from local memory, and stored into all W ranks)."""
-    ctx = Context.initialize(context_ptr)
-    tr = Tracing.initialize(context_ptr, TRACE)
-    epoch, go = _traced_enter(ctx, tr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS)
+    ctx, tr, epoch, go = _begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS, TRACE)
     t = tl.program_id(0)
     while go & (t < tl.cdiv(n, BLOCK)):
         offs = t * BLOCK + tl.arange(0, BLOCK)

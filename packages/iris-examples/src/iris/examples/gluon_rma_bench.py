@@ -42,7 +42,7 @@ import iris.heap
 import iris.mem.gluon as img
 import iris.mem.triton as imt
 
-from . import environment, tables, timing, trace, validation
+from . import environment, rma_sweep, tables, timing, trace, validation
 from .options import positive_int
 from .units import format_bytes, size_type
 
@@ -95,14 +95,6 @@ def gluon_rma(src, dst, context_ptr, n, EVENT, OP: gl.constexpr, BLOCK: gl.const
 
 
 # -- the same with iris.mem.triton -----------------------------------------------------------------
-
-
-@imt.interpret()
-@triton.jit
-def triton_local_copy(src, dst, context_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    tl.store(dst + offs, tl.load(src + offs, mask=mask), mask=mask)
 
 
 @imt.interpret()
@@ -179,7 +171,8 @@ def _launcher(impl, op, src, dst, heap, n, cfg, event, trace_on):
             src, dst, heap.context, n, event, OP=op, BLOCK=cfg["block"], L=layout, TRACE=trace_on,
             num_warps=cfg["warps"])  # fmt: skip
     if op == "local":
-        return lambda: triton_local_copy[grid](src, dst, heap.context, n, BLOCK=cfg["block"], num_warps=cfg["warps"])
+        # the Triton local copy is all-load's and all-store's baseline kernel
+        return lambda: rma_sweep.local_copy_kernel[grid](src, dst, n, BLOCK=cfg["block"], num_warps=cfg["warps"])
     return lambda: triton_rma[grid](src, dst, heap.context, n, event, OP=op, BLOCK=cfg["block"], TRACE=trace_on,
                                     num_warps=cfg["warps"])  # fmt: skip
 

@@ -12,8 +12,8 @@ from iris.ccl import _internals, _triton_kernels
 
 GPU = torch.cuda.is_available()
 _GATHER = ["context_ptr", "sync", "CODE", "NUMEL", "OFF_A", "OFF_B", "src", "dst", "piece", "dst_numel",
-           "src_stride", "src_offset", "dst_stride", "first_rank", "RANKS", "FLAGS", "BLOCK"]  # fmt: skip
-_CONSTEXPRS = {"RANKS", "FLAGS", "BLOCK"}
+           "src_stride", "src_offset", "dst_stride", "first_rank", "RANKS", "FLAGS", "BLOCK", "TRACE"]  # fmt: skip
+_CONSTEXPRS = {"RANKS", "FLAGS", "BLOCK", "TRACE"}
 
 
 # -- torch ------------------------------------------------------------------------------------------
@@ -89,7 +89,8 @@ def _runner_calls(rank, world_size):
     from iris.ccl import _internals, _triton_kernels
     from iris.testing import COMPILE_TARGETS
 
-    source = ASTSource(_triton_kernels.barrier_kernel, {**_ccl_compile._HEAD, "FLAGS": "constexpr"}, {"FLAGS": 4})
+    source = ASTSource(_triton_kernels.barrier_kernel, {**_ccl_compile._HEAD, "FLAGS": "constexpr", "TRACE": "constexpr"},
+                       {"FLAGS": 4, "TRACE": False})  # fmt: skip
     compiled = triton.compile(source, target=_ccl_compile.TARGETS[COMPILE_TARGETS[rank]])
     calls = []
     compiled.module, compiled.function = "loaded", "the function"  # as if loaded: nothing touches a device

@@ -91,7 +91,7 @@ def _pip_install(session: nox.Session, *args: str) -> None:
 def _discard_venv(session: nox.Session) -> None:
     """Delete the session's environment once it has run (IRIS_NOX_KEEP_VENVS=1 keeps them).
 
-    Every environment holds its own torch and triton (about 1.5 GB); a bare `nox` makes 17 of them,
+    Every environment holds its own torch and triton (about 1.5 GB); a bare `nox` makes 18 of them,
     more than a small CI disk holds. Sessions never reuse environments, so nothing is lost.
     """
     location = getattr(session.virtualenv, "location", None)

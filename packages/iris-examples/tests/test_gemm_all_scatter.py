@@ -248,7 +248,7 @@ def compile_kernels(rank, world_size):
             sig = {"a_ptr": f"*{ty}", "b_ptr": f"*{ty}", "c_ptr": f"*{ty}", "context_ptr": "*i64"}
             sig.update({k: "i32" for k in ("M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm", "rank_stride")})  # fmt: skip
             consts = {"BLOCK_M": tiles.block_m, "BLOCK_N": tiles.block_n, "BLOCK_K": tiles.block_k,
-                      "GROUP_M": tiles.group_m, "SCATTER": True, **options}  # fmt: skip
+                      "GROUP_M": tiles.group_m, "SCATTER": True, "TRACE": False, **options}  # fmt: skip
             # as a launch specialises them: unit strides of contiguous A and B, sizes divisible by 16
             consts.update(stride_ak=1, stride_bn=1)
             sig.update({k: "constexpr" for k in consts})

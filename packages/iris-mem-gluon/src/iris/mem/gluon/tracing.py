@@ -1,8 +1,9 @@
 """Device-side tracing from Gluon kernels: ``Tracing`` (a Gluon aggregate), the free functions it is
 written on, and ``device_clock`` (the device clock read from the host, for ``heap.tracing.enable``).
 
-The same names, arguments and semantics as ``iris.mem.triton.tracing``, and the same buffer
-(``iris.heap.context``'s ``TRACE_*``/``EVENT_*`` layout, which ``heap.tracing`` reads for both).
+The names, arguments and semantics are the ones DESIGN.md gives ``Tracing`` in both device layers,
+and the buffer is ``iris.heap.context``'s ``TRACE_*``/``EVENT_*`` layout, which ``heap.tracing``
+reads whichever layer wrote it.
 Inside ``@gluon.jit``::
 
     tr = Tracing.initialize(context_ptr, TRACE)          # TRACE: gl.constexpr; False compiles every call away
@@ -261,7 +262,7 @@ def device_clock(device=None) -> int:
     A one-program Gluon kernel stores ``clock_ns()`` and the call waits for it: the value was read
     between the call and its return. It is the ``clock`` ``heap.tracing.enable`` needs on CUDA heaps
     (``heap.tracing.enable(clock=iris.mem.gluon.device_clock)``), for programs that use this layer
-    without iris-mem-triton. ``device``: a CUDA device (default: the current one) or ``"cpu"`` (CPU
+    alone. ``device``: a CUDA device (default: the current one) or ``"cpu"`` (CPU
     ranks, under ``TRITON_INTERPRET=1``: the host's monotonic clock; the launch enters
     :class:`interpret` itself).
     """

@@ -102,7 +102,7 @@ class CudaIpcTransport(Transport):
             mapped = -(-size // MAPPING_GRANULE) * MAPPING_GRANULE
             if mapped > free:
                 raise HeapExhaustedError(
-                    f"cannot create a {size}-byte heap on {device} ({mapped} bytes, whole 2 MiB pages): "
+                    f"cannot reserve a {size}-byte heap on {device} ({mapped} bytes, whole 2 MiB pages): "
                     f"it has {free} bytes free of "
                     f"{total}. Ask for a smaller heap (iris.heap.init(size=...)).",
                     requested=size,

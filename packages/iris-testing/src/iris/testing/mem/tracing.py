@@ -297,7 +297,7 @@ class TracingConformance:
             assert callable(getattr(package.Tracing, name, None)), f"Tracing.{name} is missing"
 
     @pytest.mark.gpu
-    @pytest.mark.parametrize("world_size", [1, 2])
+    @pytest.mark.parametrize("world_size", [1, 2, 4])
     def test_gpu_events_and_clock_alignment(self, world, tmp_path, world_size):
         path = tmp_path / "trace.json"
         programs, every = world.run(gpu_records, world_size, self.backend, path)[0]

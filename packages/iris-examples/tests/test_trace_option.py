@@ -93,7 +93,10 @@ def test_all_load_and_all_store_trace_every_program_of_the_remote_kernel(tmp_pat
     assert per_rank == [_sweep_events(event, rank, ranks) for rank in range(ranks)]
 
 
-BENCH = ["--sizes", "1536", "--block", "256", "--iters", "1"]  # two programs per copy: 1024 and 512 bytes
+# two programs per copy: 1024 and 512 bytes. The counts below are those of CPU ranks' shapes (the
+# benchmarks pick larger chains, lanes, warm-ups and queued repetitions on a GPU), so these two
+# run on CPU ranks (--cpu) on every machine; the other examples here check their events on a GPU too.
+BENCH = ["--sizes", "1536", "--block", "256", "--iters", "1", "--cpu"]
 
 
 def test_rma_bench_traces_each_copy_program_and_atomic_kernel(tmp_path):

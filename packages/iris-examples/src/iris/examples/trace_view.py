@@ -117,19 +117,21 @@ def draw(trace: dict, out: str | Path, *, window=None, title: str | None = None)
     cmap = plt.get_cmap("tab10" if len(names) <= 10 else "tab20")
     colour = {n: cmap(i % cmap.N) for i, n in enumerate(names)}
 
+    # times from the window's start (or the first event), so the axis reads as durations
+    origin = window[0] if window else min(e["ts"] for e in events)
     bars: dict = defaultdict(list)  # (name, lane, depth) -> spans
     ticks: dict = defaultdict(list)
     open_ends: dict = defaultdict(list)  # lane -> ends of the intervals still open, outermost first
     for e in sorted(events, key=lambda e: (e["ts"], -e.get("dur", 0.0))):
         lane = lane_of[(e["pid"], e["tid"])]
         if e["ph"] != "X":
-            ticks[e["name"]].append((e["ts"], lane))
+            ticks[e["name"]].append((e["ts"] - origin, lane))
             continue
         stack = open_ends[lane]
         while stack and stack[-1] <= e["ts"]:
             stack.pop()
         depth = min(len(stack), 3)  # an event inside another is drawn shorter, so both show
-        bars[(e["name"], lane, depth)].append((e["ts"], max(e["dur"], 0.0)))
+        bars[(e["name"], lane, depth)].append((e["ts"] - origin, max(e["dur"], 0.0)))
         stack.append(e["ts"] + e["dur"])
 
     height = min(12.0, max(2.5, 0.22 * len(lanes) + 1.5))
@@ -150,7 +152,8 @@ def draw(trace: dict, out: str | Path, *, window=None, title: str | None = None)
         ends = [*boundaries, len(lanes)]
         ax.set_yticks([(s + e - 1) / 2 for s, e in zip(starts, ends)], [f"rank {ranks[s]}" for s in starts])
     ax.set_ylim(len(lanes) - 0.5, -0.5)
-    ax.set_xlabel("time (µs, merged timeline)")
+    ax.set_xlabel(f"µs after {origin:.1f} µs of the merged timeline")
+    ax.ticklabel_format(axis="x", useOffset=False)
     meta = trace["meta"]
     default = f"Iris trace: {meta.get('world_size', len(set(ranks)))} ranks, {len(events)} events"
     if meta.get("dropped_events"):

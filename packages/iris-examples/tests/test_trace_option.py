@@ -117,7 +117,7 @@ def test_gluon_rma_bench_traces_each_program_of_both_implementations(tmp_path):
     per_rank = _traced(tmp_path, "gluon-rma-bench", *BENCH, "--warmup", "1", ranks=2)
     calls = 1 + 1 + 1  # --warmup 1, then per sample time_launches' warm-up and one launch (CPU ranks)
     for rank, found in enumerate(per_rank):
-        target = {"put": 1 - rank, "get": 1 - rank, "copy": rank}  # copy writes rank + 2: itself with 2 ranks
+        target = {"put": 1 - rank, "get": 1 - rank, "copy": 1 - rank}  # copy writes rank - 1: the peer with 2 ranks
         assert found == {(f"remote {op} ({impl})", p, target[op], TILES[p]): calls
                          for impl in ("gluon", "triton") for op in ("put", "get", "copy") for p in (0, 1)}, rank  # fmt: skip
 
@@ -160,7 +160,7 @@ def compile_instrumented_kernels(rank, world_size):
     from triton.compiler import ASTSource
 
     import iris.mem.gluon as img
-    from iris.examples import all_load, all_store, atomic_latency, gluon_rma_bench, rma_bench
+    from iris.examples import all_peers, atomic_latency, gluon_rma_bench, rma_bench
 
     target = GPUTarget("cuda", 90, 32)
     layout = img.blocked_layout(1024, 4, target=target, dtype=torch.float32)
@@ -168,17 +168,18 @@ def compile_instrumented_kernels(rank, world_size):
     bench = {"src": "*fp32", "dst": "*fp32", "n": "i32", "context_ptr": "*i64", "EVENT": "i32"}
     counters = {"counters": "*i32", "context_ptr": "*i64", "EVENT": "i32"}
     kernels = {  # name: (kernel, source, runtime arguments' types, constexprs but TRACE)
-        "all-load": (all_load.all_load_kernel, ASTSource, sweep, {"BLOCK": 1024}),
-        "all-load gluon": (all_load.gluon_all_load_kernel, img.GluonASTSource, sweep, {"BLOCK": 1024, "LAYOUT": layout}),
-        "all-store": (all_store.all_store_kernel, ASTSource, sweep, {"BLOCK": 1024}),
-        "all-store gluon": (all_store.gluon_all_store_kernel, img.GluonASTSource, sweep, {"BLOCK": 1024, "LAYOUT": layout}),
+        "all-load": (all_peers.all_peers_kernel, ASTSource, sweep, {"STORE": False, "BLOCK": 1024}),
+        "all-load gluon": (all_peers.gluon_all_peers_kernel, img.GluonASTSource, sweep,
+                           {"STORE": False, "BLOCK": 1024, "LAYOUT": layout}),
+        "all-store": (all_peers.all_peers_kernel, ASTSource, sweep, {"STORE": True, "BLOCK": 1024}),
+        "all-store gluon": (all_peers.gluon_all_peers_kernel, img.GluonASTSource, sweep,
+                            {"STORE": True, "BLOCK": 1024, "LAYOUT": layout}),
         "rma-bench copy": (rma_bench.remote_copy_kernel, ASTSource, bench, {"OP": "copy", "BLOCK": 1024, "WIDE": False}),
         "rma-bench chain": (rma_bench.atomic_chain_kernel, ASTSource, {"counter": "*i32", "context_ptr": "*i64", "K": "i32", "EVENT": "i32"},
                             {"OP": "cas", "SEM": "acq_rel"}),
         "rma-bench batch": (rma_bench.atomic_throughput_kernel, ASTSource, counters,
                             {"REPS": 2, "LANES": 64, "CONTENDED": False, "SEM": "relaxed"}),
         "gluon-rma-bench gluon": (gluon_rma_bench.gluon_rma, img.GluonASTSource, sweep, {"OP": "copy", "BLOCK": 1024, "L": layout}),
-        "gluon-rma-bench triton": (gluon_rma_bench.triton_rma, ASTSource, sweep, {"OP": "put", "BLOCK": 1024}),
         "atomic-latency ping-pong": (atomic_latency.ping_pong_kernel, ASTSource,
                                      {"flag": "*i32", "context_ptr": "*i64", "peer": "i32", "base": "i32", "rounds": "i32",
                                       "EVENT": "i32"}, {"FIRST": True, "OP": "cas"}),

@@ -91,7 +91,7 @@ def _parse(argv: list[str]) -> tuple[Example, argparse.Namespace, object]:
     launch.prepare_environment(cpu=cpu)  # before the example module imports triton
     module = example.load()
 
-    parser = argparse.ArgumentParser(prog=f"{PROG} {example.name}", description=module.SUMMARY)
+    parser = argparse.ArgumentParser(prog=f"{PROG} {example.name}", description=example.summary)
     parser.add_argument("name", choices=[example.name], metavar="NAME", help=argparse.SUPPRESS)
     sweeps = getattr(module, "SWEEPS_RANKS", False)
     _common(parser, sweeps=sweeps)

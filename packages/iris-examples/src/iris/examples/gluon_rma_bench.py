@@ -10,8 +10,8 @@ figure is one rank's with the GPU to itself and Gluon and Triton are compared un
 conditions (with ``--concurrent`` every rank launches at once after a barrier instead; ranks
 sharing a GPU then overlap by chance, and the ratios swing with it). Each rank works over its own
 buffers: ``put`` writes our ``src`` into the next rank's ``dst``, ``get`` reads the next rank's
-``src`` into our ``dst``, ``copy`` moves the next rank's ``src`` into the rank after it (with 2
-ranks: into ours). ``local`` is a plain copy with no translation. Every case is checked once
+``src`` into our ``dst``, ``copy`` moves the next rank's ``src`` into the previous rank's ``dst``
+(with 2 ranks both are the one peer). The Triton side is rma-bench's kernel. ``local`` is a plain copy with no translation. Every case is checked once
 (after its warm-up) for the rank whose data it should have delivered. Bandwidth counts the bytes
 read plus the bytes written, per rank (the slowest rank's median time) and, with
 ``--concurrent``, summed over ranks. On a GPU each sample is ``--reps`` launches queued back to
@@ -34,7 +34,6 @@ import statistics
 
 import torch
 import triton
-import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
@@ -42,7 +41,7 @@ import iris.heap
 import iris.mem.gluon as img
 import iris.mem.triton as imt
 
-from . import environment, rma_sweep, tables, timing, trace, validation
+from . import environment, rma_bench, rma_sweep, tables, timing, trace, validation
 from .options import positive_int
 from .units import format_bytes, size_type
 
@@ -73,7 +72,8 @@ def gluon_local_copy(src, dst, context_ptr, n, BLOCK: gl.constexpr, L: gl.conste
 def gluon_rma(src, dst, context_ptr, n, EVENT, OP: gl.constexpr, BLOCK: gl.constexpr, L: gl.constexpr,
               TRACE: gl.constexpr):  # fmt: skip
     """OP: put (local src -> next rank's dst), get (next rank's src -> local dst), copy (next rank's
-    src -> the dst of the rank after it). ``TRACE``: record the program's operation as ``EVENT``
+    src -> the previous rank's dst): rma-bench's ``remote_copy_kernel``, the Triton side of the
+    comparison, does the same. ``TRACE``: record the program's operation as ``EVENT``
     (target rank: the rank read for get, written for put and copy; bytes: what it moved)."""
     ctx = img.Context.initialize(context_ptr)
     tr = img.Tracing.initialize(context_ptr, TRACE)
@@ -82,44 +82,17 @@ def gluon_rma(src, dst, context_ptr, n, EVENT, OP: gl.constexpr, BLOCK: gl.const
     offs = start + gl.arange(0, BLOCK, layout=L)
     mask = offs < n
     nbytes = gl.minimum(BLOCK, n - start) * src.dtype.element_ty.primitive_bitwidth // 8
-    moved = tr.record_start(EVENT, (ctx.rank + 2) % ctx.world_size if OP == "copy" else nxt, nbytes)
+    prev = (ctx.rank + ctx.world_size - 1) % ctx.world_size
+    moved = tr.record_start(EVENT, prev if OP == "copy" else nxt, nbytes)
     if OP == "put":
         ctx.put(src + offs, dst + offs, nxt, mask=mask)
     elif OP == "get":
         ctx.get(src + offs, dst + offs, nxt, mask=mask)
     else:
-        ctx.copy(src + offs, dst + offs, nxt, (ctx.rank + 2) % ctx.world_size, mask=mask)
+        ctx.copy(src + offs, dst + offs, nxt, prev, mask=mask)
     if TRACE:
         img.barrier()  # the event ends when every thread's part is done (stores: issued)
     tr.record_end(moved)
-
-
-# -- the same with iris.mem.triton -----------------------------------------------------------------
-
-
-@imt.interpret()
-@triton.jit
-def triton_rma(src, dst, context_ptr, n, EVENT, OP: tl.constexpr, BLOCK: tl.constexpr, TRACE: tl.constexpr):
-    ctx = imt.Context.initialize(context_ptr)
-    tr = imt.Tracing.initialize(context_ptr, TRACE)
-    nxt = (ctx.rank + 1) % ctx.world_size
-    start = tl.program_id(0) * BLOCK
-    offs = start + tl.arange(0, BLOCK)
-    mask = offs < n
-    nbytes = tl.minimum(BLOCK, n - start) * src.dtype.element_ty.primitive_bitwidth // 8
-    moved = tr.record_start(EVENT, (ctx.rank + 2) % ctx.world_size if OP == "copy" else nxt, nbytes)
-    if OP == "put":
-        ctx.put(src + offs, dst + offs, nxt, mask=mask)
-    elif OP == "get":
-        ctx.get(src + offs, dst + offs, nxt, mask=mask)
-    else:
-        ctx.copy(src + offs, dst + offs, nxt, (ctx.rank + 2) % ctx.world_size, mask=mask)
-    if TRACE:
-        tl.debug_barrier()
-    tr.record_end(moved)
-
-
-# -- options ---------------------------------------------------------------------------------------
 
 
 def add_arguments(parser: argparse.ArgumentParser, *, gpu: bool) -> None:
@@ -173,8 +146,8 @@ def _launcher(impl, op, src, dst, heap, n, cfg, event, trace_on):
     if op == "local":
         # the Triton local copy is all-load's and all-store's baseline kernel
         return lambda: rma_sweep.local_copy_kernel[grid](src, dst, n, BLOCK=cfg["block"], num_warps=cfg["warps"])
-    return lambda: triton_rma[grid](src, dst, heap.context, n, event, OP=op, BLOCK=cfg["block"], TRACE=trace_on,
-                                    num_warps=cfg["warps"])  # fmt: skip
+    return lambda: rma_bench.remote_copy_kernel[grid](src, dst, n, heap.context, event, OP=op, BLOCK=cfg["block"],
+                                                      WIDE=False, TRACE=trace_on, num_warps=cfg["warps"])  # fmt: skip
 
 
 def _expected_source(rank, world_size, op):
@@ -185,7 +158,7 @@ def _expected_source(rank, world_size, op):
         return (rank - 1) % world_size
     if op == "get":
         return (rank + 1) % world_size
-    return (rank - 1) % world_size  # copy: rank r-2 moved rank r-1's src here
+    return (rank + 2) % world_size  # copy: rank r+1 moved rank r+2's src here
 
 
 def _time_once(fn, device, reps: int) -> float:

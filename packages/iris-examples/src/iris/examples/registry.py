@@ -67,13 +67,13 @@ EXAMPLES: dict[str, Example] = _examples(
     ),
     Example(
         "all-load",
-        "iris.examples.all_load",
+        "iris.examples.all_peers",
         "triton",
         "every rank loads a buffer from every rank through translated pointers: bandwidth vs a local copy",
     ),
     Example(
         "all-store",
-        "iris.examples.all_store",
+        "iris.examples.all_peers",
         "triton",
         "every rank stores its buffer into every rank through translated pointers: bandwidth vs a local copy",
     ),

@@ -18,13 +18,17 @@ __all__ = [
     "MAX_ELEMENTS",
     "MAX_PERMUTED_DIMS",
     "REDUCIBLE",
+    "check_all_gather",
+    "check_all_to_all",
     "check_chunks",
     "check_disjoint",
     "check_heap",
     "check_op",
     "check_out_shape",
     "check_pair",
+    "check_reduce_scatter",
     "check_split",
+    "check_src",
     "check_tensor",
     "flat",
     "layout",
@@ -174,3 +178,41 @@ def words(t: torch.Tensor) -> torch.Tensor:
     """``t`` as 1-D integers of its element's size (16-byte elements as pairs of 8-byte words):
     data movement does not care what the bytes mean."""
     return flat(t).view(_WORDS[t.element_size()])
+
+
+# -- each collective's shapes (after its tensors' own checks) ----------------------------------------
+
+
+def check_all_gather(out: torch.Tensor, inp: torch.Tensor, world_size: int) -> None:
+    """``out`` is every rank's ``inp`` along dim 0: ``(W * d0, ...)`` or ``(W, *inp.shape)``."""
+    cat = (world_size * inp.shape[0], *inp.shape[1:]) if inp.dim() else (world_size,)
+    check_out_shape("all_gather", out, inp, world_size, cat, (world_size, *inp.shape))
+    check_chunks("all_gather", out, inp, "out", "inp")
+    check_disjoint(out, inp)
+
+
+def check_reduce_scatter(out: torch.Tensor, inp: torch.Tensor, world_size: int) -> None:
+    """``inp`` is W chunks along dim 0; ``out`` has one chunk's shape."""
+    check_split("reduce_scatter", inp, world_size)
+    check_out_shape("reduce_scatter", out, inp, world_size, (inp.shape[0] // world_size, *inp.shape[1:]))
+    check_chunks("reduce_scatter", inp, out, "inp", "out")
+    check_disjoint(out, inp)
+
+
+def check_all_to_all(out: torch.Tensor, inp: torch.Tensor, world_size: int) -> None:
+    """``inp`` and ``out`` are W chunks along dim 0, of one shape (a chunk: what one rank sends another)."""
+    check_split("all_to_all", inp, world_size)
+    if out.shape != inp.shape:
+        raise ValueError(f"all_to_all: out must have inp's shape {tuple(inp.shape)}; got {tuple(out.shape)}")
+    piece = inp[: inp.shape[0] // world_size]
+    check_chunks("all_to_all", inp, piece, "inp", "inp")
+    check_chunks("all_to_all", out, piece, "out", "inp")
+    check_disjoint(out, inp)
+
+
+def check_src(src, world_size: int) -> None:
+    """broadcast's source rank."""
+    if isinstance(src, bool) or not isinstance(src, int):
+        raise TypeError(f"src must be an int rank, got {src!r}")
+    if not 0 <= src < world_size:
+        raise ValueError(f"src rank {src} is out of range for world size {world_size}")

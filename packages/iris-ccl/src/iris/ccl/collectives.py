@@ -16,13 +16,13 @@ from iris.heap.log import get_logger
 
 from . import plans
 from .arguments import (
-    check_chunks,
-    check_disjoint,
+    check_all_gather,
+    check_all_to_all,
     check_heap,
     check_op,
-    check_out_shape,
     check_pair,
-    check_split,
+    check_reduce_scatter,
+    check_src,
     check_tensor,
     flat,
     words,
@@ -55,6 +55,18 @@ def _reduce_flags(op_code: int, world_size: int, dtype: torch.dtype) -> dict:
             "IS_FLOAT": dtype.is_floating_point}  # fmt: skip
 
 
+def _start(name: str, heap, config, extras: tuple, tensors: tuple):
+    """``(heap, key, layout)`` of a call, or None when an identical call ran before and its plan was
+    just launched again (``iris.ccl.plans``: no check runs twice). ``layout``: the tensors' memory
+    order (one tensor's, or the pair's, which must agree)."""
+    heap = check_heap(heap)
+    key = plans.call_key(heap, name, config, extras, tensors)
+    if plans.replay(heap, key, tensors):
+        return None
+    layout = check_tensor(tensors[0], "tensor", heap) if len(tensors) == 1 else check_pair(*tensors, heap)
+    return heap, key, layout
+
+
 def all_reduce(tensor: torch.Tensor, op: str = "sum", *, heap=None, config: Config | None = None) -> torch.Tensor:
     """In place: every rank's ``tensor`` becomes ``op`` over all ranks' tensors (ranks combined in order).
 
@@ -64,11 +76,10 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", *, heap=None, config: Conf
     all-gather by reads: only remote reads), ``auto`` (by world size and size: ``AUTO_VARIANTS``).
     Asynchronous: returns once the work is queued (``Config(blocking=True)`` waits).
     """
-    heap = check_heap(heap)
-    key = plans.call_key(heap, "all_reduce", config, (op,), (tensor,))
-    if plans.replay(heap, key, (tensor,)):
+    started = _start("all_reduce", heap, config, (op,), (tensor,))
+    if started is None:
         return tensor
-    layout = check_tensor(tensor, "tensor", heap)
+    heap, key, layout = started
     code = check_op(op, tensor.dtype)
     with Call(heap, config, "all_reduce", key, (tensor,)) as run:  # keeps the call's plan if it completes
         variant = run.cfg.variant
@@ -113,16 +124,12 @@ def all_gather(out: torch.Tensor, inp: torch.Tensor, *, heap=None, config: Confi
     into every rank's ``out``; otherwise ``inp`` is staged on the heap (unless it is there) and
     every rank reads every rank's input into its own ``out``.
     """
-    heap = check_heap(heap)
-    key = plans.call_key(heap, "all_gather", config, (), (out, inp))
-    if plans.replay(heap, key, (out, inp)):
+    started = _start("all_gather", heap, config, (), (out, inp))
+    if started is None:
         return out
-    layout = check_pair(out, inp, heap)
+    heap, key, layout = started
     w = heap.world_size
-    cat = (w * inp.shape[0], *inp.shape[1:]) if inp.dim() else (w,)
-    check_out_shape("all_gather", out, inp, w, cat, (w, *inp.shape))
-    check_chunks("all_gather", out, inp, "out", "inp")
-    check_disjoint(out, inp)
+    check_all_gather(out, inp, w)
     with Call(heap, config, "all_gather", key, (out, inp)) as run:  # keeps the call's plan if it completes
         n = inp.numel()
         if run.empty(n):
@@ -147,17 +154,13 @@ def reduce_scatter(
     out: torch.Tensor, inp: torch.Tensor, op: str = "sum", *, heap=None, config: Config | None = None
 ) -> torch.Tensor:
     """``out`` = ``op`` over ranks of chunk ``rank`` of ``inp`` (``inp`` is W equal chunks along dim 0)."""
-    heap = check_heap(heap)
-    key = plans.call_key(heap, "reduce_scatter", config, (op,), (out, inp))
-    if plans.replay(heap, key, (out, inp)):
+    started = _start("reduce_scatter", heap, config, (op,), (out, inp))
+    if started is None:
         return out
-    layout = check_pair(out, inp, heap)
+    heap, key, layout = started
     code = check_op(op, inp.dtype)
     w = heap.world_size
-    check_split("reduce_scatter", inp, w)
-    check_out_shape("reduce_scatter", out, inp, w, (inp.shape[0] // w, *inp.shape[1:]))
-    check_chunks("reduce_scatter", inp, out, "inp", "out")
-    check_disjoint(out, inp)
+    check_reduce_scatter(out, inp, w)
     with Call(heap, config, "reduce_scatter", key, (out, inp)) as run:  # keeps the call's plan if it completes
         chunk = out.numel()
         if run.empty(chunk):
@@ -172,19 +175,12 @@ def reduce_scatter(
 
 def all_to_all(out: torch.Tensor, inp: torch.Tensor, *, heap=None, config: Config | None = None) -> torch.Tensor:
     """Chunk j of ``inp`` goes to rank j; chunk i of ``out`` came from rank i (W equal chunks along dim 0)."""
-    heap = check_heap(heap)
-    key = plans.call_key(heap, "all_to_all", config, (), (out, inp))
-    if plans.replay(heap, key, (out, inp)):
+    started = _start("all_to_all", heap, config, (), (out, inp))
+    if started is None:
         return out
-    layout = check_pair(out, inp, heap)
+    heap, key, layout = started
     w = heap.world_size
-    check_split("all_to_all", inp, w)
-    if out.shape != inp.shape:
-        raise ValueError(f"all_to_all: out must have inp's shape {tuple(inp.shape)}; got {tuple(out.shape)}")
-    piece = inp[: inp.shape[0] // w]  # what one rank sends another
-    check_chunks("all_to_all", inp, piece, "inp", "inp")
-    check_chunks("all_to_all", out, piece, "out", "inp")
-    check_disjoint(out, inp)
+    check_all_to_all(out, inp, w)
     with Call(heap, config, "all_to_all", key, (out, inp)) as run:  # keeps the call's plan if it completes
         if run.empty(inp.numel()):
             return out
@@ -200,15 +196,11 @@ def all_to_all(out: torch.Tensor, inp: torch.Tensor, *, heap=None, config: Confi
 
 def broadcast(tensor: torch.Tensor, src: int, *, heap=None, config: Config | None = None) -> torch.Tensor:
     """In place: every rank's ``tensor`` becomes rank ``src``'s."""
-    heap = check_heap(heap)
-    key = plans.call_key(heap, "broadcast", config, (src, type(src)), (tensor,))
-    if plans.replay(heap, key, (tensor,)):
+    started = _start("broadcast", heap, config, (src, type(src)), (tensor,))
+    if started is None:
         return tensor
-    layout = check_tensor(tensor, "tensor", heap)
-    if isinstance(src, bool) or not isinstance(src, int):
-        raise TypeError(f"src must be an int rank, got {src!r}")
-    if not 0 <= src < heap.world_size:
-        raise ValueError(f"src rank {src} is out of range for world size {heap.world_size}")
+    heap, key, layout = started
+    check_src(src, heap.world_size)
     with Call(heap, config, "broadcast", key, (tensor,)) as run:  # keeps the call's plan if it completes
         if run.empty(tensor.numel()):
             return tensor

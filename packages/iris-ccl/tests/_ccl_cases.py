@@ -152,6 +152,75 @@ def channels_last(rank, world_size, backend):
     return refused
 
 
+def staged_in_and_out_of_the_kernel(rank, world_size, backend):
+    """Every collective with tensors off the heap, both ways their inputs are staged: inside the
+    kernel (up to ``iris.ccl.call.FOLD_BYTES``) and by copies around it (above it; here by setting
+    the bound to 0). Each tensor is a view inside a larger plain buffer whose margins must stay as
+    they were; back to back with no host barrier, so a rank's copy into its staging never races a
+    peer still reading the staging of the call before. Returns the calls made."""
+    from iris.ccl import call as call_module  # FOLD_BYTES lives there
+
+    heap = iris.heap.init(1 << 22)
+    w = world_size
+    fold = call_module.FOLD_BYTES
+
+    def guarded(numel, values=None):
+        whole = torch.full((numel + 128,), -7.0, device=heap.device)
+        t = whole[64 : 64 + numel]
+        if values is not None:
+            t.copy_(values)
+        return whole, t
+
+    def margins_kept(whole, numel, what):
+        margins = torch.cat([whole[:64], whole[64 + numel :]]).cpu()
+        assert torch.equal(margins, torch.full((128,), -7.0)), f"{what}: wrote outside the tensor"
+
+    calls = 0
+    try:
+        for bound in (fold, 0):
+            call_module.FOLD_BYTES = bound
+            for numel in (1, 63, 300):
+                seed = 7000 + calls
+                what = f"{numel} elements per rank, fold bound {bound}"
+                inputs = [make(r, (w * numel,), torch.float32, seed) for r in range(w)]
+                for variant in ("one_shot", "two_shot"):
+                    c = ccl.Config(variant=variant, block_size=64, num_programs=2, backend=backend)
+                    whole, t = guarded(w * numel, inputs[rank])
+                    ccl.all_reduce(t, config=c)
+                    _check(t, reference_reduce(inputs, "sum"), f"all_reduce {variant}, {what}")
+                    margins_kept(whole, w * numel, f"all_reduce {variant}")
+                    calls += 1
+                c = ccl.Config(block_size=64, num_programs=2, backend=backend)
+                mine = [x[:numel] for x in inputs]
+                _, inp = guarded(numel, mine[rank])
+                whole, out = guarded(w * numel)
+                ccl.all_gather(out, inp, config=c)
+                _check(out, torch.cat(mine), f"all_gather, {what}")
+                margins_kept(whole, w * numel, "all_gather")
+                _, inp = guarded(w * numel, inputs[rank])
+                whole, out = guarded(numel)
+                ccl.reduce_scatter(out, inp, config=c)
+                _check(
+                    out, reference_reduce(inputs, "sum")[rank * numel : (rank + 1) * numel], f"reduce_scatter, {what}"
+                )
+                margins_kept(whole, numel, "reduce_scatter")
+                whole, out = guarded(w * numel)
+                ccl.all_to_all(out, inp, config=c)
+                _check(out, torch.cat([x[rank * numel : (rank + 1) * numel] for x in inputs]), f"all_to_all, {what}")
+                margins_kept(whole, w * numel, "all_to_all")
+                src = calls % w
+                whole, t = guarded(numel, mine[rank])
+                ccl.broadcast(t, src, config=c)
+                _check(t, mine[src], f"broadcast from {src}, {what}")
+                margins_kept(whole, numel, "broadcast")
+                calls += 4
+    finally:
+        call_module.FOLD_BYTES = fold
+    heap.barrier()  # raises what the (asynchronous) collectives recorded, if anything
+    heap.check_symmetry()
+    return calls
+
+
 def back_to_back(rank, world_size, backend, count):
     """``count`` collectives with no host barrier between them; each consumes the previous result."""
     heap = iris.heap.init(1 << 22)
@@ -393,9 +462,9 @@ def relaunch(rank, world_size, backend):
     chunk = -(-x.numel() // w)
     flags = ws.flags
     code = protocol.describe("all_reduce", variant="two_shot", op="sum", dtype=x.dtype, on_heap=(True,))
-    args = (heap.context, ws.sync, code, x.numel(), heap.offset(x), -1, x, x, x.numel(), rank * chunk, chunk)
+    args = (heap.context, ws.sync, code, x.numel(), heap.offset(x), -1, x, x, x.numel(), rank * chunk, chunk, x)
     consts = dict(PUSH=True, DST_CHUNKED=True, W=w, OP=0, ACC_F32=False, IS_FLOAT=True, FLAGS=flags, BLOCK=BLOCK,
-                  TRACE=False)  # fmt: skip
+                  TRACE=False, STAGED=0)  # fmt: skip
     for i in range(3):  # the two_shot all_reduce's launch, three times with identical arguments
         x.fill_(float(rank + i))
         K.reduce_kernel[(2,)](*args, **consts)

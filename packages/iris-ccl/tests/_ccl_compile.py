@@ -23,6 +23,7 @@ _REDUCE_FLAGS = {
     "FLAGS": "constexpr",
     "BLOCK": "constexpr",
     "TRACE": "constexpr",
+    "STAGED": "constexpr",
 }
 
 
@@ -45,21 +46,26 @@ def cases(K):
         ("i32", 2, False, False),
     ]:
         flags = {"W": 4, "OP": op, "ACC_F32": acc, "IS_FLOAT": is_float, "FLAGS": 4, "BLOCK": 4096, "TRACE": False}
-        sig = {**_HEAD, "src": f"*{dt}", "dst": f"*{dt}", "N": "i32", "start": "i32", "chunk": "i32"}
-        # one_shot (every element, local dst), two_shot (pushed), rs_ag's first half, reduce_scatter
-        for push, chunked in [(False, True), (True, True), (False, False)]:
-            out.append((f"reduce {dt} op{op} push={push} chunked={chunked}", K.reduce_kernel,
+        sig = {**_HEAD, "src": f"*{dt}", "dst": f"*{dt}", "N": "i32", "start": "i32", "chunk": "i32", "user": f"*{dt}"}
+        # one_shot (every element, local dst), two_shot (pushed), rs_ag's first half, reduce_scatter;
+        # the first two also staged inside the kernel (a small tensor off the heap)
+        for push, chunked, staged in [(False, True, 0), (True, True, 0), (False, False, 0), (False, True, 1),
+                                      (True, True, 2)]:  # fmt: skip
+            out.append((f"reduce {dt} op{op} push={push} chunked={chunked} staged={staged}", K.reduce_kernel,
                         {**sig, "PUSH": "constexpr", "DST_CHUNKED": "constexpr", **_REDUCE_FLAGS},
-                        {"PUSH": push, "DST_CHUNKED": chunked, **flags}))  # fmt: skip
+                        {"PUSH": push, "DST_CHUNKED": chunked, "STAGED": staged, **flags}))  # fmt: skip
     for dt in ("u8", "i16", "i32", "i64"):
         ints = {k: "i32" for k in "piece dst_numel src_stride src_offset dst_stride first_rank".split()}
         tail = {"FLAGS": "constexpr", "BLOCK": "constexpr", "TRACE": "constexpr"}
-        out.append((f"gather {dt}", K.gather_kernel, {**_HEAD, "src": f"*{dt}", "dst": f"*{dt}", **ints,
-                    "RANKS": "constexpr", **tail}, {"RANKS": 4, "FLAGS": 4, "BLOCK": 4096, "TRACE": False}))  # fmt: skip
+        for staged in (0, 1):  # 1: a small input off the heap, copied into the staging by the kernel
+            out.append((f"gather {dt}" + " staged" * staged, K.gather_kernel,
+                        {**_HEAD, "src": f"*{dt}", "dst": f"*{dt}", **ints, "user": f"*{dt}", "user_numel": "i32",
+                         "RANKS": "constexpr", **tail, "STAGED": "constexpr"},
+                        {"RANKS": 4, "FLAGS": 4, "BLOCK": 4096, "TRACE": False, "STAGED": staged}))  # fmt: skip
         out.append((f"push {dt}", K.push_kernel, {**_HEAD, "src": f"*{dt}", "dst": f"*{dt}", "n": "i32",
                     "dst_offset": "i32", "W": "constexpr", **tail}, {"W": 4, "FLAGS": 4, "BLOCK": 4096, "TRACE": False}))  # fmt: skip
     # Config(trace=True): one of each kernel with its phases recorded
-    traced = {"barrier", "reduce bf16 op1 push=True chunked=True", "gather i32", "push i16"}
+    traced = {"barrier", "reduce bf16 op1 push=True chunked=True staged=0", "gather i32", "push i16"}
     out += [(f"{label} traced", fn, sig, {**c, "TRACE": True}) for label, fn, sig, c in out if label in traced]
     return out
 

@@ -18,6 +18,11 @@ def test_channels_last_tensors_match_torch(world, backend, world_size):
     assert world.run(_ccl_cases.channels_last, world_size, backend) == [2] * world_size
 
 
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_tensors_off_the_heap_are_staged_inside_the_kernel_or_around_it_alike(world, backend, world_size):
+    assert world.run(_ccl_cases.staged_in_and_out_of_the_kernel, world_size, backend) == [36] * world_size
+
+
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_200_back_to_back_collectives_need_no_host_barrier(world, backend, world_size):
     world.run(_ccl_cases.back_to_back, world_size, backend, 200)

@@ -12,8 +12,9 @@ from iris.ccl import _internals, _triton_kernels
 
 GPU = torch.cuda.is_available()
 _GATHER = ["context_ptr", "sync", "CODE", "NUMEL", "OFF_A", "OFF_B", "src", "dst", "piece", "dst_numel",
-           "src_stride", "src_offset", "dst_stride", "first_rank", "RANKS", "FLAGS", "BLOCK", "TRACE"]  # fmt: skip
-_CONSTEXPRS = {"RANKS", "FLAGS", "BLOCK", "TRACE"}
+           "src_stride", "src_offset", "dst_stride", "first_rank", "user", "user_numel", "RANKS", "FLAGS", "BLOCK",
+           "TRACE", "STAGED"]  # fmt: skip
+_CONSTEXPRS = {"RANKS", "FLAGS", "BLOCK", "TRACE", "STAGED"}
 
 
 # -- torch ------------------------------------------------------------------------------------------

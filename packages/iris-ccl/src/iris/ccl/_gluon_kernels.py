@@ -387,6 +387,17 @@ def _cast_out(acc, out_dtype: gl.constexpr):
     return out
 
 
+@gluon.jit
+def _copy_all(dst, src, N, BLOCK: gl.constexpr, L: gl.constexpr):
+    """``dst[i] = src[i]`` for every ``i < N``, by this one program (see _triton_kernels)."""
+    i = N * 0  # a while loop: triton 3.6's interpreter takes no argument as a range bound here
+    while i < N:
+        offs = i + gl.arange(0, BLOCK, layout=L)
+        mask = offs < N
+        gl.store(dst + offs, gl.load(src + offs, mask=mask, volatile=True), mask=mask)
+        i += BLOCK
+
+
 _DESC = ["CODE", "NUMEL", "OFF_A", "OFF_B"]  # vary per call: never specialized on
 
 
@@ -403,14 +414,18 @@ def barrier_kernel(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS: gl.const
 @img.interpret()
 @gluon.jit(do_not_specialize=_DESC)
 def reduce_kernel(
-    context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, src, dst, N, start, chunk,
+    context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, src, dst, N, start, chunk, user,
     PUSH: gl.constexpr, DST_CHUNKED: gl.constexpr,
     W: gl.constexpr, OP: gl.constexpr, ACC_F32: gl.constexpr, IS_FLOAT: gl.constexpr, FLAGS: gl.constexpr, BLOCK: gl.constexpr,
-    TRACE: gl.constexpr,
+    TRACE: gl.constexpr, STAGED: gl.constexpr,
 ):  # fmt: skip
-    """Reduce elements [start, min(start + chunk, N)) of src over ranks (see _triton_kernels)."""
-    ctx, tr, epoch, go = _begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS, TRACE)
+    """Reduce elements [start, min(start + chunk, N)) of src over ranks; ``STAGED``: copy ``user``
+    in before the entry (and back after the exit) in this one program (see _triton_kernels)."""
     L: gl.constexpr = _tile_layout(BLOCK, gl.num_warps(), src.dtype.element_ty)
+    if STAGED:  # this rank's staging is its own until the entry: the last call's exit saw every peer done
+        _copy_all(src, user, N, BLOCK, L)
+        img.barrier()  # every thread's part is written before program 0's release publishes it
+    ctx, tr, epoch, go = _begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS, TRACE)
     t = gl.program_id(0)
     while go & (t < gl.cdiv(chunk, BLOCK)):
         local = t * BLOCK + gl.arange(0, BLOCK, layout=L)
@@ -434,20 +449,27 @@ def reduce_kernel(
         tr.record_end(tile)
         t += gl.num_programs(0)
     _traced_leave(ctx, tr, sync, epoch, FLAGS)
+    if STAGED == 2:
+        img.barrier()  # the exit's acquire (by some threads) before every thread's reads
+        if mops.healthy(ctx.context_ptr):  # after a failure the caller's tensor is left as it was
+            _copy_all(user, src, N, BLOCK, L)
 
 
 @img.interpret()
 @gluon.jit(do_not_specialize=_DESC)
 def gather_kernel(
     context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, src, dst,
-    piece, dst_numel, src_stride, src_offset, dst_stride, first_rank,
-    RANKS: gl.constexpr, FLAGS: gl.constexpr, BLOCK: gl.constexpr, TRACE: gl.constexpr,
+    piece, dst_numel, src_stride, src_offset, dst_stride, first_rank, user, user_numel,
+    RANKS: gl.constexpr, FLAGS: gl.constexpr, BLOCK: gl.constexpr, TRACE: gl.constexpr, STAGED: gl.constexpr,
 ):  # fmt: skip
     """For ranks r = first_rank, first_rank + 1, ... (RANKS of them, mod W): dst[r * dst_stride + i]
-    = rank r's src[r * src_stride + src_offset + i], for i < piece and r * dst_stride + i < dst_numel
-    (see _triton_kernels)."""
-    ctx, tr, epoch, go = _begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS, TRACE)
+    = rank r's src[r * src_stride + src_offset + i], for i < piece and r * dst_stride + i < dst_numel;
+    ``STAGED``: copy ``user`` into ``src`` first, in this one program (see _triton_kernels)."""
     L: gl.constexpr = _tile_layout(BLOCK, gl.num_warps(), src.dtype.element_ty)
+    if STAGED:  # this rank's staging is its own until the entry: the last call's exit saw every peer done
+        _copy_all(src, user, user_numel, BLOCK, L)
+        img.barrier()  # every thread's part is written before program 0's release publishes it
+    ctx, tr, epoch, go = _begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS, TRACE)
     t = gl.program_id(0)
     while go & (t < gl.cdiv(piece, BLOCK)):
         offs = t * BLOCK + gl.arange(0, BLOCK, layout=L)

@@ -374,6 +374,19 @@ def _cast_out(acc, out_dtype: tl.constexpr):
     return out
 
 
+@triton.jit
+def _copy_all(dst, src, N, BLOCK: tl.constexpr):
+    """``dst[i] = src[i]`` for every ``i < N``, by this one program (a staged call's copy in or out).
+    The loads are volatile: peers' pushes into this rank's staging are read from memory, not from a
+    cache line an earlier read of the launch left."""
+    i = N * 0  # a while loop: triton 3.6's interpreter takes no argument as a range bound here
+    while i < N:
+        offs = i + tl.arange(0, BLOCK)
+        mask = offs < N
+        tl.store(dst + offs, tl.load(src + offs, mask=mask, volatile=True), mask=mask)
+        i += BLOCK
+
+
 _DESC = ["CODE", "NUMEL", "OFF_A", "OFF_B"]  # vary per call: never specialized on
 
 
@@ -388,10 +401,10 @@ def barrier_kernel(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS: tl.const
 
 @triton.jit(do_not_specialize=_DESC)
 def reduce_kernel(
-    context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, src, dst, N, start, chunk,
+    context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, src, dst, N, start, chunk, user,
     PUSH: tl.constexpr, DST_CHUNKED: tl.constexpr,
     W: tl.constexpr, OP: tl.constexpr, ACC_F32: tl.constexpr, IS_FLOAT: tl.constexpr, FLAGS: tl.constexpr, BLOCK: tl.constexpr,
-    TRACE: tl.constexpr,
+    TRACE: tl.constexpr, STAGED: tl.constexpr,
 ):  # fmt: skip
     """Reduce elements [start, min(start + chunk, N)) of src over ranks (every rank's copy).
 
@@ -399,7 +412,15 @@ def reduce_kernel(
     rank's copy of dst (``PUSH``: the two-shot all_reduce, where src and dst are the same tensor
     and no one but this rank touches its chunk) or only the local one (one_shot over every
     element, reduce_scatter and the reduce-scatter half of rs_ag over this rank's chunk).
+
+    ``STAGED`` (a launch of one program; ``iris.ccl.call.FOLD_BYTES``): ``src`` is the
+    staging of ``user``, a tensor off the heap, copied in here before the entry publishes it (1),
+    and also copied back into ``user`` after the exit (2: the two-shot, whose result lands in
+    every rank's staging). Otherwise ``user`` is not touched.
     """
+    if STAGED:  # this rank's staging is its own until the entry: the last call's exit saw every peer done
+        _copy_all(src, user, N, BLOCK)
+        tl.debug_barrier()  # every thread's part is written before program 0's release publishes it
     ctx, tr, epoch, go = _begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS, TRACE)
     t = tl.program_id(0)
     while go & (t < tl.cdiv(chunk, BLOCK)):
@@ -424,19 +445,29 @@ def reduce_kernel(
         tr.record_end(tile)
         t += tl.num_programs(0)
     _traced_leave(ctx, tr, sync, epoch, FLAGS)
+    if STAGED == 2:
+        tl.debug_barrier()  # the exit's acquire (by some threads) before every thread's reads
+        if mops.healthy(ctx.context_ptr):  # after a failure the caller's tensor is left as it was
+            _copy_all(user, src, N, BLOCK)
 
 
 @triton.jit(do_not_specialize=_DESC)
 def gather_kernel(
     context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, src, dst,
-    piece, dst_numel, src_stride, src_offset, dst_stride, first_rank,
-    RANKS: tl.constexpr, FLAGS: tl.constexpr, BLOCK: tl.constexpr, TRACE: tl.constexpr,
+    piece, dst_numel, src_stride, src_offset, dst_stride, first_rank, user, user_numel,
+    RANKS: tl.constexpr, FLAGS: tl.constexpr, BLOCK: tl.constexpr, TRACE: tl.constexpr, STAGED: tl.constexpr,
 ):  # fmt: skip
     """For ranks r = first_rank, first_rank + 1, ... (RANKS of them, mod W; unrolled, so their
     loads overlap): dst[r * dst_stride + i] = rank r's src[r * src_stride + src_offset + i], for
     i < piece and r * dst_stride + i < dst_numel (all_gather by pulls, all_to_all, broadcast and
     the all-gather half of rs_ag).
+
+    ``STAGED`` (one program): ``src`` is the staging of ``user`` (``user_numel`` elements, a tensor
+    off the heap), copied in here before the entry publishes it.
     """
+    if STAGED:  # this rank's staging is its own until the entry: the last call's exit saw every peer done
+        _copy_all(src, user, user_numel, BLOCK)
+        tl.debug_barrier()  # every thread's part is written before program 0's release publishes it
     ctx, tr, epoch, go = _begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS, TRACE)
     t = tl.program_id(0)
     while go & (t < tl.cdiv(piece, BLOCK)):

@@ -19,9 +19,17 @@ from .launch_shape import LaunchShape
 from .plans import MAX_PLANS, Plan
 from .workspace import Workspace, workspace_of
 
-__all__ = ["Call", "kernels"]
+__all__ = ["FOLD_BYTES", "Call", "kernels"]
 
 _KERNELS: dict = {}  # backend -> its kernel module, once imported
+
+#: A tensor off the heap of at most this many bytes per rank is staged inside the collective's
+#: kernel (one program copies it into the staging before the entry and, for the two-shot
+#: all_reduce, back after the exit): one launch instead of a copy, the kernel and a copy back, whose
+#: host time is most of a small call's (BENCHMARKS.md). A larger one keeps the copies, which then
+#: run at full bandwidth (a kernel's copy in must end before its entry, so one program makes it:
+#: its programs never wait for one another).
+FOLD_BYTES = 64 * 1024
 
 
 def kernels(backend: str):
@@ -83,13 +91,21 @@ class Call:
         if self.plan is not None:
             self.plan.add_copy(dst, src, self.tensors)
 
-    def readable(self, flat: torch.Tensor) -> torch.Tensor:
-        """``flat`` itself if peers can read it (it is on the heap), else its staging buffer, filled."""
+    def source(self, flat: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """``(buffer peers read, STAGED)`` for an input: ``flat`` itself if it is on the heap (0);
+        else its staging buffer, which the kernel fills itself (1: ``folds``) or a copy here did (0)."""
         if self.heap.is_symmetric(flat):
-            return flat
+            return flat, 0
         staged = self.staging("in", flat)
+        if self.folds(flat):
+            return staged, 1
         self.copy(staged, flat)
-        return staged
+        return staged, 0
+
+    @staticmethod
+    def folds(flat: torch.Tensor) -> bool:
+        """Whether a tensor off the heap is staged inside the kernel (``FOLD_BYTES``)."""
+        return flat.numel() * flat.element_size() <= FOLD_BYTES
 
     def describe(self, numel: int, a=None, b=None, **fields) -> None:
         """This call's description (``iris.ccl.protocol``); ``a``/``b``: the buffers peers access."""

@@ -93,26 +93,30 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", *, heap=None, config: Conf
         buf = data if in_place else run.staging("in", data)
         mid = run.staging("out", data) if variant == "rs_ag" else None
         run.describe(n, buf, mid, variant=variant, op=op, dtype=tensor.dtype, on_heap=(in_place,), layout=layout)
-        if not in_place:
+        # A small staged call copies in (and back) inside its kernel, one launch instead of three.
+        fold = not in_place and variant != "rs_ag" and run.folds(data)
+        if not in_place and not fold:
             run.copy(buf, data)
-        reduce = {"src": buf, "N": n, **_reduce_flags(code, w, tensor.dtype)}
+        reduce = {"src": buf, "N": n, "user": data, **_reduce_flags(code, w, tensor.dtype)}  # user: if staged
         if variant == "one_shot":  # every element, from every rank's staged copy, into this rank's tensor
-            run.run(run.k.reduce_kernel, dst=data, start=0, chunk=n, PUSH=False, DST_CHUNKED=True, **reduce)
+            run.run(run.k.reduce_kernel, dst=data, start=0, chunk=n, PUSH=False, DST_CHUNKED=True, STAGED=int(fold),
+                    **reduce)  # fmt: skip
             return tensor
         chunk = -(-n // w)
         if variant == "two_shot":  # chunk `rank`, in place, pushed into every rank's copy
             run.run(run.k.reduce_kernel, dst=buf, start=heap.rank * chunk, chunk=chunk, PUSH=True, DST_CHUNKED=True,
-                    **reduce)  # fmt: skip
-            if not in_place:
+                    STAGED=2 * fold, **reduce)  # fmt: skip
+            if not in_place and not fold:
                 run.copy(data, buf)
             return tensor
         # rs_ag: reduce chunk `rank` into the workspace, then every rank reads every chunk.
         run.run(run.k.reduce_kernel, dst=mid, start=heap.rank * chunk, chunk=chunk, PUSH=False, DST_CHUNKED=True,
-                **reduce)  # fmt: skip
+                STAGED=0, **reduce)  # fmt: skip
         src, dst = words(mid), words(data)
         per = src.numel() // n  # words per element
         run.run(run.k.gather_kernel, src=src, dst=dst, piece=chunk * per, dst_numel=n * per, src_stride=chunk * per,
-                src_offset=0, dst_stride=chunk * per, first_rank=heap.rank, RANKS=w)  # fmt: skip
+                src_offset=0, dst_stride=chunk * per, first_rank=heap.rank, RANKS=w, user=src, user_numel=0,
+                STAGED=0)  # fmt: skip
         return tensor
 
 
@@ -141,12 +145,12 @@ def all_gather(out: torch.Tensor, inp: torch.Tensor, *, heap=None, config: Confi
             run.run(run.k.push_kernel, src=src, dst=words(out), n=m, dst_offset=heap.rank * m, W=w)
             return out
         data = flat(inp)
-        src = run.readable(data)  # pull: every rank reads every rank's input
+        src, staged = run.source(data)  # pull: every rank reads every rank's input
         run.describe(n, src, variant="pull", on_heap=(False, src is data), dtype=inp.dtype, layout=layout)
         src = words(src)
         m = src.numel()
         run.run(run.k.gather_kernel, src=src, dst=words(out), piece=m, dst_numel=w * m, src_stride=0, src_offset=0,
-                dst_stride=m, first_rank=heap.rank, RANKS=w)  # fmt: skip
+                dst_stride=m, first_rank=heap.rank, RANKS=w, user=words(data), user_numel=m, STAGED=staged)  # fmt: skip
         return out
 
 
@@ -166,10 +170,10 @@ def reduce_scatter(
         if run.empty(chunk):
             return out
         data = flat(inp)
-        src = run.readable(data)
+        src, staged = run.source(data)
         run.describe(inp.numel(), src, op=op, dtype=inp.dtype, on_heap=(src is data,), layout=layout)
         run.run(run.k.reduce_kernel, src=src, dst=flat(out), N=w * chunk, start=heap.rank * chunk, chunk=chunk,
-                PUSH=False, DST_CHUNKED=False, **_reduce_flags(code, w, inp.dtype))  # fmt: skip
+                user=data, PUSH=False, DST_CHUNKED=False, STAGED=staged, **_reduce_flags(code, w, inp.dtype))  # fmt: skip
         return out
 
 
@@ -185,12 +189,13 @@ def all_to_all(out: torch.Tensor, inp: torch.Tensor, *, heap=None, config: Confi
         if run.empty(inp.numel()):
             return out
         data = flat(inp)
-        src = run.readable(data)
+        src, staged = run.source(data)
         run.describe(inp.numel(), src, dtype=inp.dtype, on_heap=(src is data,), layout=layout)
         src = words(src)
         c = src.numel() // w
         run.run(run.k.gather_kernel, src=src, dst=words(out), piece=c, dst_numel=w * c, src_stride=0,
-                src_offset=heap.rank * c, dst_stride=c, first_rank=heap.rank, RANKS=w)  # fmt: skip
+                src_offset=heap.rank * c, dst_stride=c, first_rank=heap.rank, RANKS=w, user=words(data),
+                user_numel=w * c, STAGED=staged)  # fmt: skip
         return out
 
 
@@ -207,12 +212,15 @@ def broadcast(tensor: torch.Tensor, src: int, *, heap=None, config: Config | Non
         data = flat(tensor)
         buf = data if heap.is_symmetric(tensor) else run.staging("in", data)
         run.describe(tensor.numel(), buf, dtype=tensor.dtype, on_heap=(buf is data,), src=src, layout=layout)
-        if buf is not data and heap.rank == src:  # only the source's input is read
+        staged = int(buf is not data and heap.rank == src)  # only the source's input is read
+        if staged and not run.folds(data):
             run.copy(buf, data)
+            staged = 0
         buf = words(buf)
         n = buf.numel()
         run.run(run.k.gather_kernel, src=buf, dst=words(tensor), piece=n, dst_numel=n, src_stride=0, src_offset=0,
-                dst_stride=0, first_rank=src, RANKS=0 if heap.rank == src else 1)  # fmt: skip
+                dst_stride=0, first_rank=src, RANKS=0 if heap.rank == src else 1, user=words(data), user_numel=n,
+                STAGED=staged)  # fmt: skip
         return tensor
 
 

@@ -398,6 +398,16 @@ def _copy_all(dst, src, N, BLOCK: gl.constexpr, L: gl.constexpr):
         i += BLOCK
 
 
+@gluon.jit
+def _stage_in(staging, user, n, STAGED: gl.constexpr, BLOCK: gl.constexpr, L: gl.constexpr):
+    """A staged launch (``STAGED``, one program): ``user`` (a tensor off the heap) into this rank's
+    ``staging`` before the entry publishes it. The staging is this rank's own until then: the last
+    call's exit saw every peer done with it."""
+    if STAGED:
+        _copy_all(staging, user, n, BLOCK, L)
+        img.barrier()  # every thread's part is written before program 0's release publishes it
+
+
 _DESC = ["CODE", "NUMEL", "OFF_A", "OFF_B"]  # vary per call: never specialized on
 
 
@@ -422,9 +432,7 @@ def reduce_kernel(
     """Reduce elements [start, min(start + chunk, N)) of src over ranks; ``STAGED``: copy ``user``
     in before the entry (and back after the exit) in this one program (see _triton_kernels)."""
     L: gl.constexpr = _tile_layout(BLOCK, gl.num_warps(), src.dtype.element_ty)
-    if STAGED:  # this rank's staging is its own until the entry: the last call's exit saw every peer done
-        _copy_all(src, user, N, BLOCK, L)
-        img.barrier()  # every thread's part is written before program 0's release publishes it
+    _stage_in(src, user, N, STAGED, BLOCK, L)
     ctx, tr, epoch, go = _begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS, TRACE)
     t = gl.program_id(0)
     while go & (t < gl.cdiv(chunk, BLOCK)):
@@ -466,9 +474,7 @@ def gather_kernel(
     = rank r's src[r * src_stride + src_offset + i], for i < piece and r * dst_stride + i < dst_numel;
     ``STAGED``: copy ``user`` into ``src`` first, in this one program (see _triton_kernels)."""
     L: gl.constexpr = _tile_layout(BLOCK, gl.num_warps(), src.dtype.element_ty)
-    if STAGED:  # this rank's staging is its own until the entry: the last call's exit saw every peer done
-        _copy_all(src, user, user_numel, BLOCK, L)
-        img.barrier()  # every thread's part is written before program 0's release publishes it
+    _stage_in(src, user, user_numel, STAGED, BLOCK, L)
     ctx, tr, epoch, go = _begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS, TRACE)
     t = gl.program_id(0)
     while go & (t < gl.cdiv(piece, BLOCK)):

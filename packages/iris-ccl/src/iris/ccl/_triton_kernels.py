@@ -387,6 +387,16 @@ def _copy_all(dst, src, N, BLOCK: tl.constexpr):
         i += BLOCK
 
 
+@triton.jit
+def _stage_in(staging, user, n, STAGED: tl.constexpr, BLOCK: tl.constexpr):
+    """A staged launch (``STAGED``, one program): ``user`` (a tensor off the heap) into this rank's
+    ``staging`` before the entry publishes it. The staging is this rank's own until then: the last
+    call's exit saw every peer done with it."""
+    if STAGED:
+        _copy_all(staging, user, n, BLOCK)
+        tl.debug_barrier()  # every thread's part is written before program 0's release publishes it
+
+
 _DESC = ["CODE", "NUMEL", "OFF_A", "OFF_B"]  # vary per call: never specialized on
 
 
@@ -418,9 +428,7 @@ def reduce_kernel(
     and also copied back into ``user`` after the exit (2: the two-shot, whose result lands in
     every rank's staging). Otherwise ``user`` is not touched.
     """
-    if STAGED:  # this rank's staging is its own until the entry: the last call's exit saw every peer done
-        _copy_all(src, user, N, BLOCK)
-        tl.debug_barrier()  # every thread's part is written before program 0's release publishes it
+    _stage_in(src, user, N, STAGED, BLOCK)
     ctx, tr, epoch, go = _begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS, TRACE)
     t = tl.program_id(0)
     while go & (t < tl.cdiv(chunk, BLOCK)):
@@ -465,9 +473,7 @@ def gather_kernel(
     ``STAGED`` (one program): ``src`` is the staging of ``user`` (``user_numel`` elements, a tensor
     off the heap), copied in here before the entry publishes it.
     """
-    if STAGED:  # this rank's staging is its own until the entry: the last call's exit saw every peer done
-        _copy_all(src, user, user_numel, BLOCK)
-        tl.debug_barrier()  # every thread's part is written before program 0's release publishes it
+    _stage_in(src, user, user_numel, STAGED, BLOCK)
     ctx, tr, epoch, go = _begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS, TRACE)
     t = tl.program_id(0)
     while go & (t < tl.cdiv(piece, BLOCK)):

@@ -59,6 +59,7 @@ def _bad_tensors(rank, world_size):
         remote = heap.peer(mine, (rank + 1) % world_size)
         with pytest.raises(NotOnHeapError, match="peer"):
             heap.free(remote)
+        assert not heap.is_symmetric(remote), "a view of a peer's copy is not this rank's heap tensor"
     heap.free(mine)
     with pytest.raises(DoubleFreeError, match="already freed"):
         heap.free(mine)

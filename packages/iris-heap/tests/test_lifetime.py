@@ -121,6 +121,11 @@ def _rank_killed_during_init(rank, world_size, port, victim, stage, sig, seed, o
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
+    # Every rank has joined before any can die: init_process_group returns on rank 0 (the store's
+    # host) while peers may still be connecting through its store, and a peer left connecting to a
+    # dead store waits for torch's own 30-minute timeout, not for anything of Iris. One CI run in
+    # many saw exactly that (a survivor still running after 60 s at stage 'random').
+    dist.barrier()
     if rank == victim:
         _die_at(stage, sig, world_size, seed)
     start = time.monotonic()

@@ -464,7 +464,7 @@ def relaunch(rank, world_size, backend):
     code = protocol.describe("all_reduce", variant="two_shot", op="sum", dtype=x.dtype, on_heap=(True,))
     args = (heap.context, ws.sync, code, x.numel(), heap.offset(x), -1, x, x, x.numel(), rank * chunk, chunk, x)
     consts = dict(PUSH=True, DST_CHUNKED=True, W=w, OP=0, ACC_F32=False, IS_FLOAT=True, FLAGS=flags, BLOCK=BLOCK,
-                  TRACE=False, STAGED=0)  # fmt: skip
+                  SCOPE=ws.scope, TRACE=False, STAGED=0)  # fmt: skip
     for i in range(3):  # the two_shot all_reduce's launch, three times with identical arguments
         x.fill_(float(rank + i))
         K.reduce_kernel[(2,)](*args, **consts)

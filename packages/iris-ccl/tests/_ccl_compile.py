@@ -22,6 +22,7 @@ _REDUCE_FLAGS = {
     "IS_FLOAT": "constexpr",
     "FLAGS": "constexpr",
     "BLOCK": "constexpr",
+    "SCOPE": "constexpr",
     "TRACE": "constexpr",
     "STAGED": "constexpr",
 }
@@ -36,8 +37,8 @@ def _aligned(signature):
 
 
 def cases(K):
-    out = [("barrier", K.barrier_kernel, {**_HEAD, "FLAGS": "constexpr", "TRACE": "constexpr"},
-            {"FLAGS": 4, "TRACE": False})]  # fmt: skip
+    out = [("barrier", K.barrier_kernel, {**_HEAD, "FLAGS": "constexpr", "SCOPE": "constexpr", "TRACE": "constexpr"},
+            {"FLAGS": 4, "SCOPE": "sys", "TRACE": False})]  # fmt: skip
     for dt, op, acc, is_float in [
         ("fp32", 0, False, True),
         ("fp64", 3, False, True),
@@ -45,7 +46,16 @@ def cases(K):
         ("fp16", 3, True, True),
         ("i32", 2, False, False),
     ]:
-        flags = {"W": 4, "OP": op, "ACC_F32": acc, "IS_FLOAT": is_float, "FLAGS": 4, "BLOCK": 4096, "TRACE": False}
+        flags = {
+            "W": 4,
+            "OP": op,
+            "ACC_F32": acc,
+            "IS_FLOAT": is_float,
+            "FLAGS": 4,
+            "BLOCK": 4096,
+            "SCOPE": "sys",
+            "TRACE": False,
+        }
         sig = {**_HEAD, "src": f"*{dt}", "dst": f"*{dt}", "N": "i32", "start": "i32", "chunk": "i32", "user": f"*{dt}"}
         # one_shot (every element, local dst), two_shot (pushed), rs_ag's first half, reduce_scatter;
         # the first two also staged inside the kernel (a small tensor off the heap)
@@ -56,17 +66,20 @@ def cases(K):
                         {"PUSH": push, "DST_CHUNKED": chunked, "STAGED": staged, **flags}))  # fmt: skip
     for dt in ("u8", "i16", "i32", "i64"):
         ints = {k: "i32" for k in "piece dst_numel src_stride src_offset dst_stride first_rank".split()}
-        tail = {"FLAGS": "constexpr", "BLOCK": "constexpr", "TRACE": "constexpr"}
+        tail = {"FLAGS": "constexpr", "BLOCK": "constexpr", "SCOPE": "constexpr", "TRACE": "constexpr"}
         for staged in (0, 1):  # 1: a small input off the heap, copied into the staging by the kernel
             out.append((f"gather {dt}" + " staged" * staged, K.gather_kernel,
                         {**_HEAD, "src": f"*{dt}", "dst": f"*{dt}", **ints, "user": f"*{dt}", "user_numel": "i32",
                          "RANKS": "constexpr", **tail, "STAGED": "constexpr"},
-                        {"RANKS": 4, "FLAGS": 4, "BLOCK": 4096, "TRACE": False, "STAGED": staged}))  # fmt: skip
+                        {"RANKS": 4, "FLAGS": 4, "BLOCK": 4096, "SCOPE": "sys", "TRACE": False, "STAGED": staged}))  # fmt: skip
         out.append((f"push {dt}", K.push_kernel, {**_HEAD, "src": f"*{dt}", "dst": f"*{dt}", "n": "i32",
-                    "dst_offset": "i32", "W": "constexpr", **tail}, {"W": 4, "FLAGS": 4, "BLOCK": 4096, "TRACE": False}))  # fmt: skip
+                    "dst_offset": "i32", "W": "constexpr", **tail}, {"W": 4, "FLAGS": 4, "BLOCK": 4096, "SCOPE": "sys", "TRACE": False}))  # fmt: skip
     # Config(trace=True): one of each kernel with its phases recorded
     traced = {"barrier", "reduce bf16 op1 push=True chunked=True staged=0", "gather i32", "push i16"}
     out += [(f"{label} traced", fn, sig, {**c, "TRACE": True}) for label, fn, sig, c in out if label in traced]
+    # every rank on one device: the protocol's atomics at gpu scope (iris.ccl.workspace)
+    one_device = {"barrier", "reduce fp32 op0 push=True chunked=True staged=0", "gather i32 staged"}
+    out += [(f"{label} gpu scope", fn, sig, {**c, "SCOPE": "gpu"}) for label, fn, sig, c in out if label in one_device]
     return out
 
 

@@ -13,8 +13,8 @@ from iris.ccl import _internals, _triton_kernels
 GPU = torch.cuda.is_available()
 _GATHER = ["context_ptr", "sync", "CODE", "NUMEL", "OFF_A", "OFF_B", "src", "dst", "piece", "dst_numel",
            "src_stride", "src_offset", "dst_stride", "first_rank", "user", "user_numel", "RANKS", "FLAGS", "BLOCK",
-           "TRACE", "STAGED"]  # fmt: skip
-_CONSTEXPRS = {"RANKS", "FLAGS", "BLOCK", "TRACE", "STAGED"}
+           "SCOPE", "TRACE", "STAGED"]  # fmt: skip
+_CONSTEXPRS = {"RANKS", "FLAGS", "BLOCK", "SCOPE", "TRACE", "STAGED"}
 
 
 # -- torch ------------------------------------------------------------------------------------------
@@ -90,8 +90,8 @@ def _runner_calls(rank, world_size):
     from iris.ccl import _internals, _triton_kernels
     from iris.testing import COMPILE_TARGETS
 
-    source = ASTSource(_triton_kernels.barrier_kernel, {**_ccl_compile._HEAD, "FLAGS": "constexpr", "TRACE": "constexpr"},
-                       {"FLAGS": 4, "TRACE": False})  # fmt: skip
+    source = ASTSource(_triton_kernels.barrier_kernel, {**_ccl_compile._HEAD, "FLAGS": "constexpr", "SCOPE": "constexpr",
+                       "TRACE": "constexpr"}, {"FLAGS": 4, "SCOPE": "sys", "TRACE": False})  # fmt: skip
     compiled = triton.compile(source, target=_ccl_compile.TARGETS[COMPILE_TARGETS[rank]])
     calls = []
     compiled.module, compiled.function = "loaded", "the function"  # as if loaded: nothing touches a device

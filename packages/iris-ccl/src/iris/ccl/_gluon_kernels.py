@@ -129,17 +129,17 @@ def _offset(ctx, ptr):
 
 
 @gluon.jit
-def _poll(ctx, ptrs):
+def _poll(ctx, ptrs, SCOPE: gl.constexpr):
     """Acquire reads of local flags (a block), all at once."""
-    return ctx.atomic_add(ptrs, 0, ctx.rank, sem="acquire", scope="sys")
+    return ctx.atomic_add(ptrs, 0, ctx.rank, sem="acquire", scope=SCOPE)
 
 
 @gluon.jit
-def _arrive(ctx, flags, sync, value, FLAGS: gl.constexpr):
+def _arrive(ctx, flags, sync, value, FLAGS: gl.constexpr, SCOPE: gl.constexpr):
     """Write ``value`` into ``flags[rank]`` of every rank (a release exchange per lane); False, with
     ERROR_COLLECTIVE_ABANDONED recorded, if a peer had marked this rank's flag (it gave up)."""
     r = _lanes(ctx, FLAGS)
-    old = ctx.atomic_xchg(flags + ctx.rank + r * 0, value, r, sem="release", scope="sys")
+    old = ctx.atomic_xchg(flags + ctx.rank + r * 0, value, r, sem="release", scope=SCOPE)
     marked = _real(ctx, FLAGS) & (old < 0)
     ok = _any(marked) == 0
     if ok == 0:
@@ -151,10 +151,10 @@ def _arrive(ctx, flags, sync, value, FLAGS: gl.constexpr):
 
 
 @gluon.jit
-def _give_up(ctx, sync, epoch, FLAGS: gl.constexpr):
+def _give_up(ctx, sync, epoch, FLAGS: gl.constexpr, SCOPE: gl.constexpr):
     """Tell every rank that this rank stopped this collective (its ``abandon`` flag)."""
     r = _lanes(ctx, FLAGS)
-    ctx.atomic_xchg(_abandon(sync, FLAGS) + ctx.rank + r * 0, epoch, r, sem="release", scope="sys")
+    ctx.atomic_xchg(_abandon(sync, FLAGS) + ctx.rank + r * 0, epoch, r, sem="release", scope=SCOPE)
 
 
 @gluon.jit
@@ -167,7 +167,7 @@ def _look(got, epoch, is_flag, real):
 
 
 @gluon.jit
-def _await(ctx, flags, sync, epoch, FLAGS: gl.constexpr):
+def _await(ctx, flags, sync, epoch, FLAGS: gl.constexpr, SCOPE: gl.constexpr):
     """Bounded wait until every rank's local ``flags[r]`` has reached ``epoch``: (they did, a peer gave up).
 
     One poll reads every rank's flag and every rank's ``abandon`` flag at once (2 * FLAGS lanes).
@@ -183,7 +183,7 @@ def _await(ctx, flags, sync, epoch, FLAGS: gl.constexpr):
     is_flag = i < FLAGS
     real = (i % FLAGS) < ctx.world_size
     ptrs = gl.where(is_flag, flags + r, _abandon(sync, FLAGS) + r)
-    got = _poll(ctx, ptrs)
+    got = _poll(ctx, ptrs, SCOPE)
     done, quit = _look(got, epoch, is_flag, real)
     if (done == 0) & (quit == 0):  # not there yet: wait, with the clock running
         timeout = mops.wait_timeout_ns(ctx.context_ptr)
@@ -191,14 +191,14 @@ def _await(ctx, flags, sync, epoch, FLAGS: gl.constexpr):
         healthy = mops.healthy(ctx.context_ptr)
         waited = mops.clock_ns() - start
         while (done == 0) & healthy & (quit == 0) & (waited < timeout):
-            got = _poll(ctx, ptrs)
+            got = _poll(ctx, ptrs, SCOPE)
             done, quit = _look(got, epoch, is_flag, real)
             healthy = mops.healthy(ctx.context_ptr)
             waited = mops.clock_ns() - start
         if (done == 0) & healthy & (quit == 0):  # the deadline: give up on the missing ranks
             missing = is_flag & real & (got < epoch)
             old = ctx.atomic_cas(ptrs, gl.where(missing, got, _NEVER), gl.where(missing, got * 0 - epoch, _NEVER), ctx.rank,
-                                 sem="acq_rel", scope="sys")  # fmt: skip
+                                 sem="acq_rel", scope=SCOPE)  # fmt: skip
             late = missing & (old < epoch)  # still missing (or already marked by another program)
             if _any(late):
                 peer = _first(late, r, 2 * FLAGS)
@@ -210,14 +210,16 @@ def _await(ctx, flags, sync, epoch, FLAGS: gl.constexpr):
         first_missing = gl.where(_any(missing), _first(missing, r, 2 * FLAGS), -1)
         mops.record_error(ctx.context_ptr, _ABANDONED, _offset(ctx, flags + gl.maximum(first_missing, 0)), epoch, peer,
                           first_missing)  # fmt: skip
-    return done & mops.healthy(ctx.context_ptr), quit
+    if gl.num_programs(0) > 1:  # another program of the launch may have given up meanwhile
+        done = done & mops.healthy(ctx.context_ptr)
+    return done, quit
 
 
 @gluon.jit
-def _abandoned(ctx, flags, sync, epoch, FLAGS: gl.constexpr):
+def _abandoned(ctx, flags, sync, epoch, FLAGS: gl.constexpr, SCOPE: gl.constexpr):
     """Every rank arrived, but a peer gave up (its abandon flag): record it, naming that peer."""
     r = _lanes(ctx, FLAGS)
-    gave = _real(ctx, FLAGS) & (_poll(ctx, _abandon(sync, FLAGS) + r) != 0)
+    gave = _real(ctx, FLAGS) & (_poll(ctx, _abandon(sync, FLAGS) + r, SCOPE) != 0)
     peer = _first(gave, r, FLAGS)
     mops.record_error(ctx.context_ptr, _ABANDONED, _offset(ctx, _abandon(sync, FLAGS) + peer), epoch, peer, -1)
 
@@ -253,7 +255,7 @@ def _agree(ctx, sync, epoch, code, numel, off_a, off_b, FLAGS: gl.constexpr):
 
 
 @gluon.jit
-def _enter(ctx, sync, code, numel, off_a, off_b, FLAGS: gl.constexpr):
+def _enter(ctx, sync, code, numel, off_a, off_b, FLAGS: gl.constexpr, SCOPE: gl.constexpr):
     """(epoch, go): this collective's epoch, and whether this program may touch peers' memory."""
     epoch = gl.load(_state(sync, FLAGS) + 1) + 1
     go = mops.healthy(ctx.context_ptr)
@@ -266,59 +268,65 @@ def _enter(ctx, sync, code, numel, off_a, off_b, FLAGS: gl.constexpr):
             ctx.store(desc + 2, off_a, r)
             ctx.store(desc + 3, off_b, r)
             img.barrier()  # the description is written before the entry flag releases it
-            go = _arrive(ctx, _entry(sync, FLAGS), sync, epoch, FLAGS)
+            go = _arrive(ctx, _entry(sync, FLAGS), sync, epoch, FLAGS, SCOPE)
         if go:
-            go, quit = _await(ctx, _entry(sync, FLAGS), sync, epoch, FLAGS)
+            go, quit = _await(ctx, _entry(sync, FLAGS), sync, epoch, FLAGS, SCOPE)
             if go:
                 # Everyone arrived: compare first, so that a rank that looks late at a mismatch a
                 # peer already gave up on still reports the mismatch itself, not the give-up.
                 go = _agree(ctx, sync, epoch, code, numel, off_a, off_b, FLAGS)
                 if go & quit:
-                    _abandoned(ctx, _entry(sync, FLAGS), sync, epoch, FLAGS)
+                    _abandoned(ctx, _entry(sync, FLAGS), sync, epoch, FLAGS, SCOPE)
                 go = go & (quit == 0)
     return epoch, go
 
 
 @gluon.jit
-def _leave(ctx, sync, epoch, FLAGS: gl.constexpr):
+def _leave(ctx, sync, epoch, go, FLAGS: gl.constexpr, SCOPE: gl.constexpr):
     """Exit (see _triton_kernels): the last program raises this rank's exit flag everywhere and
-    waits for every rank's; a rank in error skips it and tells the peers it gave up."""
+    waits for every rank's; a rank in error skips it and tells the peers it gave up. Returns
+    whether the exit completed; a launch of one program neither counts nor reads its health."""
     state = _state(sync, FLAGS)
     img.barrier()  # every thread's stores are done before this program's release
-    done = ctx.atomic_add(state, 1, ctx.rank, sem="acq_rel", scope="sys") + 1
-    if done == gl.num_programs(0):  # the last program of the launch: every other one has counted itself
+    ok = go
+    done = 1
+    if gl.num_programs(0) > 1:
+        done = ctx.atomic_add(state, 1, ctx.rank, sem="acq_rel", scope=SCOPE).to(gl.int32) + 1
         ok = mops.healthy(ctx.context_ptr)
+    if done == gl.num_programs(0):  # the last program of the launch: every other one has counted itself
         if ok:
-            ok = _arrive(ctx, _exit(sync, FLAGS), sync, epoch, FLAGS)
+            ok = _arrive(ctx, _exit(sync, FLAGS), sync, epoch, FLAGS, SCOPE)
         if ok:
-            ok, quit = _await(ctx, _exit(sync, FLAGS), sync, epoch, FLAGS)
+            ok, quit = _await(ctx, _exit(sync, FLAGS), sync, epoch, FLAGS, SCOPE)
             if ok & quit:
-                _abandoned(ctx, _exit(sync, FLAGS), sync, epoch, FLAGS)
+                _abandoned(ctx, _exit(sync, FLAGS), sync, epoch, FLAGS, SCOPE)
             ok = ok & (quit == 0)
         if ok == 0:
-            _give_up(ctx, sync, epoch, FLAGS)
+            _give_up(ctx, sync, epoch, FLAGS, SCOPE)
         gl.store(state, epoch * 0)
         gl.store(state + 1, epoch)  # read by the next launch in stream order
+    return ok
 
 
 @gluon.jit
-def _begin(context_ptr, sync, code, numel, off_a, off_b, FLAGS: gl.constexpr, TRACE: gl.constexpr):
+def _begin(context_ptr, sync, code, numel, off_a, off_b, FLAGS: gl.constexpr, SCOPE: gl.constexpr, TRACE: gl.constexpr):
     """Every kernel's start: ``(ctx, tr, epoch, go)``, the context, the tracing (``TRACE``) and
     ``_enter``'s answer, recorded as this program's "entry wait" when tracing."""
     ctx = Context.initialize(context_ptr)
     tr = Tracing.initialize(context_ptr, TRACE)
     h = tr.record_start(_ENTRY_WAIT, ctx.rank, 0)
-    epoch, go = _enter(ctx, sync, code, numel, off_a, off_b, FLAGS)
+    epoch, go = _enter(ctx, sync, code, numel, off_a, off_b, FLAGS, SCOPE)
     tr.record_end(h)
     return ctx, tr, epoch, go
 
 
 @gluon.jit
-def _traced_leave(ctx, tr, sync, epoch, FLAGS: gl.constexpr):
+def _traced_leave(ctx, tr, sync, epoch, go, FLAGS: gl.constexpr, SCOPE: gl.constexpr):
     """``_leave``, recorded as this program's "exit wait" when tracing."""
     h = tr.record_start(_EXIT_WAIT, ctx.rank, 0)
-    _leave(ctx, sync, epoch, FLAGS)
+    ok = _leave(ctx, sync, epoch, go, FLAGS, SCOPE)
     tr.record_end(h)
+    return ok
 
 
 @gluon.jit
@@ -413,11 +421,13 @@ _DESC = ["CODE", "NUMEL", "OFF_A", "OFF_B"]  # vary per call: never specialized 
 
 @img.interpret()
 @gluon.jit(do_not_specialize=_DESC)
-def barrier_kernel(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS: gl.constexpr, TRACE: gl.constexpr):
+def barrier_kernel(
+    context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS: gl.constexpr, SCOPE: gl.constexpr, TRACE: gl.constexpr
+):
     """One program: every rank arrives (and agrees that this is a barrier); no exit needed."""
-    ctx, tr, epoch, go = _begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS, TRACE)
+    ctx, tr, epoch, go = _begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS, SCOPE, TRACE)
     if go == 0:
-        _give_up(ctx, sync, epoch, FLAGS)
+        _give_up(ctx, sync, epoch, FLAGS, SCOPE)
     gl.store(_state(sync, FLAGS) + 1, epoch)
 
 
@@ -427,13 +437,13 @@ def reduce_kernel(
     context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, src, dst, N, start, chunk, user,
     PUSH: gl.constexpr, DST_CHUNKED: gl.constexpr,
     W: gl.constexpr, OP: gl.constexpr, ACC_F32: gl.constexpr, IS_FLOAT: gl.constexpr, FLAGS: gl.constexpr, BLOCK: gl.constexpr,
-    TRACE: gl.constexpr, STAGED: gl.constexpr,
+    SCOPE: gl.constexpr, TRACE: gl.constexpr, STAGED: gl.constexpr,
 ):  # fmt: skip
     """Reduce elements [start, min(start + chunk, N)) of src over ranks; ``STAGED``: copy ``user``
     in before the entry (and back after the exit) in this one program (see _triton_kernels)."""
     L: gl.constexpr = _tile_layout(BLOCK, gl.num_warps(), src.dtype.element_ty)
     _stage_in(src, user, N, STAGED, BLOCK, L)
-    ctx, tr, epoch, go = _begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS, TRACE)
+    ctx, tr, epoch, go = _begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS, SCOPE, TRACE)
     t = gl.program_id(0)
     while go & (t < gl.cdiv(chunk, BLOCK)):
         local = t * BLOCK + gl.arange(0, BLOCK, layout=L)
@@ -456,10 +466,10 @@ def reduce_kernel(
             gl.store(where, out, mask=mask)
         tr.record_end(tile)
         t += gl.num_programs(0)
-    _traced_leave(ctx, tr, sync, epoch, FLAGS)
+    ok = _traced_leave(ctx, tr, sync, epoch, go, FLAGS, SCOPE)
     if STAGED == 2:
         img.barrier()  # the exit's acquire (by some threads) before every thread's reads
-        if mops.healthy(ctx.context_ptr):  # after a failure the caller's tensor is left as it was
+        if ok:  # after a failure the caller's tensor is left as it was (one program: _leave's answer)
             _copy_all(user, src, N, BLOCK, L)
 
 
@@ -468,14 +478,15 @@ def reduce_kernel(
 def gather_kernel(
     context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, src, dst,
     piece, dst_numel, src_stride, src_offset, dst_stride, first_rank, user, user_numel,
-    RANKS: gl.constexpr, FLAGS: gl.constexpr, BLOCK: gl.constexpr, TRACE: gl.constexpr, STAGED: gl.constexpr,
+    RANKS: gl.constexpr, FLAGS: gl.constexpr, BLOCK: gl.constexpr, SCOPE: gl.constexpr, TRACE: gl.constexpr,
+    STAGED: gl.constexpr,
 ):  # fmt: skip
     """For ranks r = first_rank, first_rank + 1, ... (RANKS of them, mod W): dst[r * dst_stride + i]
     = rank r's src[r * src_stride + src_offset + i], for i < piece and r * dst_stride + i < dst_numel;
     ``STAGED``: copy ``user`` into ``src`` first, in this one program (see _triton_kernels)."""
     L: gl.constexpr = _tile_layout(BLOCK, gl.num_warps(), src.dtype.element_ty)
     _stage_in(src, user, user_numel, STAGED, BLOCK, L)
-    ctx, tr, epoch, go = _begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS, TRACE)
+    ctx, tr, epoch, go = _begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS, SCOPE, TRACE)
     t = gl.program_id(0)
     while go & (t < gl.cdiv(piece, BLOCK)):
         offs = t * BLOCK + gl.arange(0, BLOCK, layout=L)
@@ -489,18 +500,18 @@ def gather_kernel(
             gl.store(dst + r * dst_stride + offs, v, mask=mask)
         tr.record_end(tile)
         t += gl.num_programs(0)
-    _traced_leave(ctx, tr, sync, epoch, FLAGS)
+    _traced_leave(ctx, tr, sync, epoch, go, FLAGS, SCOPE)
 
 
 @img.interpret()
 @gluon.jit(do_not_specialize=_DESC)
 def push_kernel(
     context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, src, dst, n, dst_offset,
-    W: gl.constexpr, FLAGS: gl.constexpr, BLOCK: gl.constexpr, TRACE: gl.constexpr,
+    W: gl.constexpr, FLAGS: gl.constexpr, BLOCK: gl.constexpr, SCOPE: gl.constexpr, TRACE: gl.constexpr,
 ):  # fmt: skip
     """Every rank's dst[dst_offset + i] = this rank's src[i], for i < n (all_gather into heap
     outputs: each input read once, from local memory, and stored into all W ranks)."""
-    ctx, tr, epoch, go = _begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS, TRACE)
+    ctx, tr, epoch, go = _begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS, SCOPE, TRACE)
     L: gl.constexpr = _tile_layout(BLOCK, gl.num_warps(), src.dtype.element_ty)
     t = gl.program_id(0)
     while go & (t < gl.cdiv(n, BLOCK)):
@@ -516,4 +527,4 @@ def push_kernel(
             tr.record_end(h)
         tr.record_end(tile)
         t += gl.num_programs(0)
-    _traced_leave(ctx, tr, sync, epoch, FLAGS)
+    _traced_leave(ctx, tr, sync, epoch, go, FLAGS, SCOPE)

@@ -113,14 +113,14 @@ def _offset(ctx, ptr):
 
 
 @triton.jit
-def _arrive(ctx, flags, sync, value, FLAGS: tl.constexpr):
+def _arrive(ctx, flags, sync, value, FLAGS: tl.constexpr, SCOPE: tl.constexpr):
     """Write ``value`` into ``flags[rank]`` of every rank at once (a release exchange per lane).
 
     An old value below zero is a peer's mark: that peer gave up waiting for this rank, so this
     rank must not go on; it records ERROR_COLLECTIVE_ABANDONED naming the peer. True if none did.
     """
     r = _lanes(ctx, FLAGS)
-    old = ctx.atomic_xchg(flags + ctx.rank + r * 0, value, r, sem="release", scope="sys")
+    old = ctx.atomic_xchg(flags + ctx.rank + r * 0, value, r, sem="release", scope=SCOPE)
     marked = _real(ctx, FLAGS) & (old < 0)
     ok = _any(marked) == 0
     if ok == 0:
@@ -132,10 +132,10 @@ def _arrive(ctx, flags, sync, value, FLAGS: tl.constexpr):
 
 
 @triton.jit
-def _give_up(ctx, sync, epoch, FLAGS: tl.constexpr):
+def _give_up(ctx, sync, epoch, FLAGS: tl.constexpr, SCOPE: tl.constexpr):
     """Tell every rank that this rank stopped this collective (its ``abandon`` flag)."""
     r = _lanes(ctx, FLAGS)
-    ctx.atomic_xchg(_abandon(sync, FLAGS) + ctx.rank + r * 0, epoch, r, sem="release", scope="sys")
+    ctx.atomic_xchg(_abandon(sync, FLAGS) + ctx.rank + r * 0, epoch, r, sem="release", scope=SCOPE)
 
 
 @triton.jit
@@ -148,7 +148,7 @@ def _look(got, epoch, is_flag, real):
 
 
 @triton.jit
-def _await(ctx, flags, sync, epoch, FLAGS: tl.constexpr):
+def _await(ctx, flags, sync, epoch, FLAGS: tl.constexpr, SCOPE: tl.constexpr):
     """Bounded wait until every rank's local ``flags[r]`` has reached ``epoch``: (they did, a peer gave up).
 
     One poll reads every rank's flag and every rank's ``abandon`` flag at once (2 * FLAGS lanes).
@@ -164,7 +164,7 @@ def _await(ctx, flags, sync, epoch, FLAGS: tl.constexpr):
     is_flag = i < FLAGS
     real = (i % FLAGS) < ctx.world_size
     ptrs = tl.where(is_flag, flags + r, _abandon(sync, FLAGS) + r)
-    got = tl.atomic_add(ptrs, 0, sem="acquire", scope="sys")
+    got = tl.atomic_add(ptrs, 0, sem="acquire", scope=SCOPE)
     done, quit = _look(got, epoch, is_flag, real)
     if (done == 0) & (quit == 0):  # not there yet: wait, with the clock running
         timeout = mops.wait_timeout_ns(ctx.context_ptr)
@@ -172,14 +172,14 @@ def _await(ctx, flags, sync, epoch, FLAGS: tl.constexpr):
         healthy = mops.healthy(ctx.context_ptr)
         waited = mops.clock_ns() - start
         while (done == 0) & healthy & (quit == 0) & (waited < timeout):
-            got = tl.atomic_add(ptrs, 0, sem="acquire", scope="sys")
+            got = tl.atomic_add(ptrs, 0, sem="acquire", scope=SCOPE)
             done, quit = _look(got, epoch, is_flag, real)
             healthy = mops.healthy(ctx.context_ptr)
             waited = mops.clock_ns() - start
         if (done == 0) & healthy & (quit == 0):  # the deadline: give up on the missing ranks
             missing = is_flag & real & (got < epoch)
             old = tl.atomic_cas(
-                ptrs, tl.where(missing, got, _NEVER), tl.where(missing, -epoch, _NEVER), sem="acq_rel", scope="sys"
+                ptrs, tl.where(missing, got, _NEVER), tl.where(missing, -epoch, _NEVER), sem="acq_rel", scope=SCOPE
             )
             late = missing & (old < epoch)  # still missing (or already marked by another program)
             if _any(late):
@@ -192,14 +192,16 @@ def _await(ctx, flags, sync, epoch, FLAGS: tl.constexpr):
         first_missing = tl.where(_any(missing), _first(missing, r, 2 * FLAGS), -1)
         mops.record_error(ctx.context_ptr, _ABANDONED, _offset(ctx, flags + tl.maximum(first_missing, 0)), epoch, peer,
                           first_missing)  # fmt: skip
-    return done & mops.healthy(ctx.context_ptr), quit
+    if tl.num_programs(0) > 1:  # another program of the launch may have given up meanwhile
+        done = done & mops.healthy(ctx.context_ptr)
+    return done, quit
 
 
 @triton.jit
-def _abandoned(ctx, flags, sync, epoch, FLAGS: tl.constexpr):
+def _abandoned(ctx, flags, sync, epoch, FLAGS: tl.constexpr, SCOPE: tl.constexpr):
     """Every rank arrived, but a peer gave up (its abandon flag): record it, naming that peer."""
     r = _lanes(ctx, FLAGS)
-    gave = _real(ctx, FLAGS) & (tl.atomic_add(_abandon(sync, FLAGS) + r, 0, sem="acquire", scope="sys") != 0)
+    gave = _real(ctx, FLAGS) & (tl.atomic_add(_abandon(sync, FLAGS) + r, 0, sem="acquire", scope=SCOPE) != 0)
     peer = _first(gave, r, FLAGS)
     mops.record_error(ctx.context_ptr, _ABANDONED, _offset(ctx, _abandon(sync, FLAGS) + peer), epoch, peer, -1)
 
@@ -232,7 +234,7 @@ def _agree(ctx, sync, epoch, code, numel, off_a, off_b, FLAGS: tl.constexpr):
 
 
 @triton.jit
-def _enter(ctx, sync, code, numel, off_a, off_b, FLAGS: tl.constexpr):
+def _enter(ctx, sync, code, numel, off_a, off_b, FLAGS: tl.constexpr, SCOPE: tl.constexpr):
     """(epoch, go): this collective's epoch, and whether this program may touch peers' memory.
 
     go holds once every rank has arrived at the epoch, no rank gave up, and every rank described
@@ -250,62 +252,72 @@ def _enter(ctx, sync, code, numel, off_a, off_b, FLAGS: tl.constexpr):
             ctx.store(desc + 2, off_a, r)
             ctx.store(desc + 3, off_b, r)
             tl.debug_barrier()  # the description is written before the entry flag releases it
-            go = _arrive(ctx, _entry(sync, FLAGS), sync, epoch, FLAGS)
+            go = _arrive(ctx, _entry(sync, FLAGS), sync, epoch, FLAGS, SCOPE)
         if go:
-            go, quit = _await(ctx, _entry(sync, FLAGS), sync, epoch, FLAGS)
+            go, quit = _await(ctx, _entry(sync, FLAGS), sync, epoch, FLAGS, SCOPE)
             if go:
                 # Everyone arrived: compare first, so that a rank that looks late at a mismatch a
                 # peer already gave up on still reports the mismatch itself, not the give-up.
                 go = _agree(ctx, sync, epoch, code, numel, off_a, off_b, FLAGS)
                 if go & quit:
-                    _abandoned(ctx, _entry(sync, FLAGS), sync, epoch, FLAGS)
+                    _abandoned(ctx, _entry(sync, FLAGS), sync, epoch, FLAGS, SCOPE)
                 go = go & (quit == 0)
     return epoch, go
 
 
 @triton.jit
-def _leave(ctx, sync, epoch, FLAGS: tl.constexpr):
+def _leave(ctx, sync, epoch, go, FLAGS: tl.constexpr, SCOPE: tl.constexpr):
     """Exit: the last program of the launch raises this rank's exit flag everywhere and waits for
     every rank's, so no rank returns while a peer may still touch its buffers; then it records
     the epoch (state[1]) for the next launch in the stream. A rank in error skips the exit and
-    tells the peers it gave up (they stop waiting for it)."""
+    tells the peers it gave up (they stop waiting for it). Returns whether the exit completed
+    (for the last program; ``go``: ``_enter``'s answer for this program).
+
+    A launch of one program (every small call) skips the count of finished programs and reads its
+    health from ``go``: nothing else of its launch can have failed (each costs a round trip on
+    the device, BENCHMARKS.md)."""
     state = _state(sync, FLAGS)
     tl.debug_barrier()  # every thread's stores are done before this program's release
-    done = tl.atomic_add(state, 1, sem="acq_rel", scope="sys") + 1
-    if done == tl.num_programs(0):  # the last program of the launch: every other one has counted itself
+    ok = go
+    done = 1
+    if tl.num_programs(0) > 1:
+        done = tl.atomic_add(state, 1, sem="acq_rel", scope=SCOPE).to(tl.int32) + 1
         ok = mops.healthy(ctx.context_ptr)
+    if done == tl.num_programs(0):  # the last program of the launch: every other one has counted itself
         if ok:
-            ok = _arrive(ctx, _exit(sync, FLAGS), sync, epoch, FLAGS)
+            ok = _arrive(ctx, _exit(sync, FLAGS), sync, epoch, FLAGS, SCOPE)
         if ok:
-            ok, quit = _await(ctx, _exit(sync, FLAGS), sync, epoch, FLAGS)
+            ok, quit = _await(ctx, _exit(sync, FLAGS), sync, epoch, FLAGS, SCOPE)
             if ok & quit:
-                _abandoned(ctx, _exit(sync, FLAGS), sync, epoch, FLAGS)
+                _abandoned(ctx, _exit(sync, FLAGS), sync, epoch, FLAGS, SCOPE)
             ok = ok & (quit == 0)
         if ok == 0:
-            _give_up(ctx, sync, epoch, FLAGS)
+            _give_up(ctx, sync, epoch, FLAGS, SCOPE)
         tl.store(state, epoch * 0)
         tl.store(state + 1, epoch)  # read by the next launch in stream order
+    return ok
 
 
 @triton.jit
-def _begin(context_ptr, sync, code, numel, off_a, off_b, FLAGS: tl.constexpr, TRACE: tl.constexpr):
+def _begin(context_ptr, sync, code, numel, off_a, off_b, FLAGS: tl.constexpr, SCOPE: tl.constexpr, TRACE: tl.constexpr):
     """Every kernel's start: ``(ctx, tr, epoch, go)``, the context, the tracing (``TRACE``) and
     ``_enter``'s answer, recorded as this program's "entry wait" when tracing."""
     ctx = Context.initialize(context_ptr)
     tr = Tracing.initialize(context_ptr, TRACE)
     h = tr.record_start(_ENTRY_WAIT, ctx.rank, 0)
-    epoch, go = _enter(ctx, sync, code, numel, off_a, off_b, FLAGS)
+    epoch, go = _enter(ctx, sync, code, numel, off_a, off_b, FLAGS, SCOPE)
     tr.record_end(h)
     return ctx, tr, epoch, go
 
 
 @triton.jit
-def _traced_leave(ctx, tr, sync, epoch, FLAGS: tl.constexpr):
+def _traced_leave(ctx, tr, sync, epoch, go, FLAGS: tl.constexpr, SCOPE: tl.constexpr):
     """``_leave``, recorded as this program's "exit wait" when tracing (the last program's
     includes waiting for every rank's exit)."""
     h = tr.record_start(_EXIT_WAIT, ctx.rank, 0)
-    _leave(ctx, sync, epoch, FLAGS)
+    ok = _leave(ctx, sync, epoch, go, FLAGS, SCOPE)
     tr.record_end(h)
+    return ok
 
 
 @triton.jit
@@ -401,11 +413,13 @@ _DESC = ["CODE", "NUMEL", "OFF_A", "OFF_B"]  # vary per call: never specialized 
 
 
 @triton.jit(do_not_specialize=_DESC)
-def barrier_kernel(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS: tl.constexpr, TRACE: tl.constexpr):
+def barrier_kernel(
+    context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS: tl.constexpr, SCOPE: tl.constexpr, TRACE: tl.constexpr
+):
     """One program: every rank arrives (and agrees that this is a barrier); no exit needed."""
-    ctx, tr, epoch, go = _begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS, TRACE)
+    ctx, tr, epoch, go = _begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS, SCOPE, TRACE)
     if go == 0:
-        _give_up(ctx, sync, epoch, FLAGS)
+        _give_up(ctx, sync, epoch, FLAGS, SCOPE)
     tl.store(_state(sync, FLAGS) + 1, epoch)
 
 
@@ -414,7 +428,7 @@ def reduce_kernel(
     context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, src, dst, N, start, chunk, user,
     PUSH: tl.constexpr, DST_CHUNKED: tl.constexpr,
     W: tl.constexpr, OP: tl.constexpr, ACC_F32: tl.constexpr, IS_FLOAT: tl.constexpr, FLAGS: tl.constexpr, BLOCK: tl.constexpr,
-    TRACE: tl.constexpr, STAGED: tl.constexpr,
+    SCOPE: tl.constexpr, TRACE: tl.constexpr, STAGED: tl.constexpr,
 ):  # fmt: skip
     """Reduce elements [start, min(start + chunk, N)) of src over ranks (every rank's copy).
 
@@ -429,7 +443,7 @@ def reduce_kernel(
     every rank's staging). Otherwise ``user`` is not touched.
     """
     _stage_in(src, user, N, STAGED, BLOCK)
-    ctx, tr, epoch, go = _begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS, TRACE)
+    ctx, tr, epoch, go = _begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS, SCOPE, TRACE)
     t = tl.program_id(0)
     while go & (t < tl.cdiv(chunk, BLOCK)):
         local = t * BLOCK + tl.arange(0, BLOCK)
@@ -452,10 +466,10 @@ def reduce_kernel(
             tl.store(where, out, mask=mask)
         tr.record_end(tile)
         t += tl.num_programs(0)
-    _traced_leave(ctx, tr, sync, epoch, FLAGS)
+    ok = _traced_leave(ctx, tr, sync, epoch, go, FLAGS, SCOPE)
     if STAGED == 2:
         tl.debug_barrier()  # the exit's acquire (by some threads) before every thread's reads
-        if mops.healthy(ctx.context_ptr):  # after a failure the caller's tensor is left as it was
+        if ok:  # after a failure the caller's tensor is left as it was (one program: _leave's answer)
             _copy_all(user, src, N, BLOCK)
 
 
@@ -463,7 +477,8 @@ def reduce_kernel(
 def gather_kernel(
     context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, src, dst,
     piece, dst_numel, src_stride, src_offset, dst_stride, first_rank, user, user_numel,
-    RANKS: tl.constexpr, FLAGS: tl.constexpr, BLOCK: tl.constexpr, TRACE: tl.constexpr, STAGED: tl.constexpr,
+    RANKS: tl.constexpr, FLAGS: tl.constexpr, BLOCK: tl.constexpr, SCOPE: tl.constexpr, TRACE: tl.constexpr,
+    STAGED: tl.constexpr,
 ):  # fmt: skip
     """For ranks r = first_rank, first_rank + 1, ... (RANKS of them, mod W; unrolled, so their
     loads overlap): dst[r * dst_stride + i] = rank r's src[r * src_stride + src_offset + i], for
@@ -474,7 +489,7 @@ def gather_kernel(
     off the heap), copied in here before the entry publishes it.
     """
     _stage_in(src, user, user_numel, STAGED, BLOCK)
-    ctx, tr, epoch, go = _begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS, TRACE)
+    ctx, tr, epoch, go = _begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS, SCOPE, TRACE)
     t = tl.program_id(0)
     while go & (t < tl.cdiv(piece, BLOCK)):
         offs = t * BLOCK + tl.arange(0, BLOCK)
@@ -488,17 +503,17 @@ def gather_kernel(
             tl.store(dst + r * dst_stride + offs, v, mask=mask)
         tr.record_end(tile)
         t += tl.num_programs(0)
-    _traced_leave(ctx, tr, sync, epoch, FLAGS)
+    _traced_leave(ctx, tr, sync, epoch, go, FLAGS, SCOPE)
 
 
 @triton.jit(do_not_specialize=_DESC)
 def push_kernel(
     context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, src, dst, n, dst_offset,
-    W: tl.constexpr, FLAGS: tl.constexpr, BLOCK: tl.constexpr, TRACE: tl.constexpr,
+    W: tl.constexpr, FLAGS: tl.constexpr, BLOCK: tl.constexpr, SCOPE: tl.constexpr, TRACE: tl.constexpr,
 ):  # fmt: skip
     """Every rank's dst[dst_offset + i] = this rank's src[i], for i < n (all_gather into heap
     outputs: each input read once, from local memory, and stored into all W ranks)."""
-    ctx, tr, epoch, go = _begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS, TRACE)
+    ctx, tr, epoch, go = _begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS, SCOPE, TRACE)
     t = tl.program_id(0)
     while go & (t < tl.cdiv(n, BLOCK)):
         offs = t * BLOCK + tl.arange(0, BLOCK)
@@ -513,4 +528,4 @@ def push_kernel(
             tr.record_end(h)
         tr.record_end(tile)
         t += tl.num_programs(0)
-    _traced_leave(ctx, tr, sync, epoch, FLAGS)
+    _traced_leave(ctx, tr, sync, epoch, go, FLAGS, SCOPE)

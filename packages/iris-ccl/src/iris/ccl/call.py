@@ -118,7 +118,8 @@ class Call:
         sync block and the launch shape are added), then wait if the config is blocking."""
         code, numel, off_a, off_b = self.desc
         arguments.update(context_ptr=self.heap.context, sync=self.ws.sync, CODE=code, NUMEL=numel, OFF_A=off_a,
-                         OFF_B=off_b, FLAGS=self.ws.flags, TRACE=self.cfg.trace,
+                         OFF_B=off_b, FLAGS=self.ws.flags, SCOPE=self.ws.scope,
+                         TRACE=self.cfg.trace,
                          **self.shape.constexprs(kernel))  # fmt: skip
         args, constexprs = _launch.positional(kernel, arguments)
         grid = (self.shape.programs(kernel, arguments, args, constexprs),)

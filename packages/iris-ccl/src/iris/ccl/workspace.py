@@ -55,6 +55,10 @@ class Workspace:
         self.heap = heap
         w = heap.world_size
         self.flags = 1 << max(0, w - 1).bit_length()
+        #: The memory scope of the protocol's atomics: "gpu" when every rank runs on this one device
+        #: (its L2 is where they all meet), else "sys" (peers over NVLink or PCIe). A sys-scope
+        #: release or acquire costs several times a gpu-scope one on an H200 (BENCHMARKS.md).
+        self.scope = "gpu" if heap.device.type == "cuda" and heap.ranks_per_device == w else "sys"
         f = self.flags
         words = (3 + 2 * protocol.DESC_WORDS) * f + 4
         self.sync = heap.reserve(SYNC, words * 8).view(torch.int64)

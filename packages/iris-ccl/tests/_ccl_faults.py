@@ -347,6 +347,11 @@ def slow_between_publish_and_wait(rank, world_size, backend, odd_call: str):
     heap.wait_timeout = QUIET
     c = cfg(backend, blocking=True, variant="two_shot")
     ccl.barrier(config=c)
+    # Warm both kernels up before the hold is injected: Gluon's interpreter checks what a kernel
+    # refers to at its first launch, and would reject the hold (a plain Python function).
+    warm = heap.zeros(8)
+    ccl.all_reduce(warm, config=c)
+    heap.free(warm)
     kernels = call.kernels(backend)
     odd = rank == world_size - 1
     mem = Guarded(heap)
@@ -355,7 +360,7 @@ def slow_between_publish_and_wait(rank, world_size, backend, odd_call: str):
     real, held = kernels._await, []
     if odd:
 
-        def slow_await(ctx, flags, sync, epoch, FLAGS, SCOPE):  # noqa: N803 - the kernel's parameter name
+        def slow_await(ctx, flags, sync, epoch, FLAGS, SCOPE):  # noqa: N803 - the kernel's names
             if not held:  # the entry's wait (the first one of the launch)
                 held.append(time.monotonic())
                 time.sleep(0.5)
@@ -550,30 +555,33 @@ def spawn(fn, world_size: int, *args, timeout: float = 120.0) -> dict:
     Returns ``{"exitcodes": [...], "died_at": [monotonic time each exit was seen], "reports":
     {rank: {key: value}}}``; processes still alive at ``timeout`` are killed (exit code None)."""
     ctx = mp.get_context("spawn")
-    results = ctx.Queue()
+    # A queue per rank: a rank killed while it writes to a shared queue would leave the queue's
+    # write lock held, and every other rank's report would then wait for it forever.
+    queues = [ctx.Queue() for _ in range(world_size)]
     port = _free_port()
-    procs = [ctx.Process(target=_spawned, args=(fn, r, world_size, port, args, results), daemon=True)
+    procs = [ctx.Process(target=_spawned, args=(fn, r, world_size, port, args, queues[r]), daemon=True)
              for r in range(world_size)]  # fmt: skip
     for p in procs:
         p.start()
     reports: dict[int, dict] = {r: {} for r in range(world_size)}
     died_at: list[float | None] = [None] * world_size
+
+    def drain(wait: float) -> None:
+        for q in queues:
+            try:
+                while True:
+                    rank, key, value = q.get(timeout=wait)
+                    reports[rank][key] = value
+            except queue.Empty:
+                pass
+
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and any(t is None for t in died_at):
-        try:
-            rank, key, value = results.get(timeout=0.02)
-            reports[rank][key] = value
-        except queue.Empty:
-            pass
+        drain(0.01)
         for r, p in enumerate(procs):
             if died_at[r] is None and p.exitcode is not None:
                 died_at[r] = time.monotonic()
-    while True:  # what was sent before the exits
-        try:
-            rank, key, value = results.get(timeout=0.2)
-            reports[rank][key] = value
-        except queue.Empty:
-            break
+    drain(0.2)  # what was sent before the exits
     exitcodes = []
     for p in procs:
         if p.exitcode is None:

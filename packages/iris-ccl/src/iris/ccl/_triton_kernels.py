@@ -234,6 +234,39 @@ def _agree(ctx, sync, epoch, code, numel, off_a, off_b, FLAGS: tl.constexpr):
 
 
 @triton.jit
+def _meet(
+    ctx,
+    flags,
+    sync,
+    epoch,
+    arrive,
+    code,
+    numel,
+    off_a,
+    off_b,
+    FLAGS: tl.constexpr,
+    SCOPE: tl.constexpr,
+    AGREE: tl.constexpr,
+):
+    """Raise this rank's ``flags`` entry everywhere (when ``arrive``), then wait for every rank's;
+    with ``AGREE`` (the entry) compare every rank's description with this one's: whether this
+    program may go on. The comparison comes first, so that a rank that looks late at a mismatch a
+    peer already gave up on still reports the mismatch itself, not the give-up."""
+    go = epoch == epoch
+    if arrive:
+        go = _arrive(ctx, flags, sync, epoch, FLAGS, SCOPE)
+    if go:
+        go, quit = _await(ctx, flags, sync, epoch, FLAGS, SCOPE)
+        if AGREE:
+            if go:
+                go = _agree(ctx, sync, epoch, code, numel, off_a, off_b, FLAGS)
+        if go & quit:
+            _abandoned(ctx, flags, sync, epoch, FLAGS, SCOPE)
+        go = go & (quit == 0)
+    return go
+
+
+@triton.jit
 def _enter(ctx, sync, code, numel, off_a, off_b, FLAGS: tl.constexpr, SCOPE: tl.constexpr):
     """(epoch, go): this collective's epoch, and whether this program may touch peers' memory.
 
@@ -252,16 +285,9 @@ def _enter(ctx, sync, code, numel, off_a, off_b, FLAGS: tl.constexpr, SCOPE: tl.
             ctx.store(desc + 2, off_a, r)
             ctx.store(desc + 3, off_b, r)
             tl.debug_barrier()  # the description is written before the entry flag releases it
-            go = _arrive(ctx, _entry(sync, FLAGS), sync, epoch, FLAGS, SCOPE)
-        if go:
-            go, quit = _await(ctx, _entry(sync, FLAGS), sync, epoch, FLAGS, SCOPE)
-            if go:
-                # Everyone arrived: compare first, so that a rank that looks late at a mismatch a
-                # peer already gave up on still reports the mismatch itself, not the give-up.
-                go = _agree(ctx, sync, epoch, code, numel, off_a, off_b, FLAGS)
-                if go & quit:
-                    _abandoned(ctx, _entry(sync, FLAGS), sync, epoch, FLAGS, SCOPE)
-                go = go & (quit == 0)
+        go = _meet(
+            ctx, _entry(sync, FLAGS), sync, epoch, tl.program_id(0) == 0, code, numel, off_a, off_b, FLAGS, SCOPE, True
+        )
     return epoch, go
 
 
@@ -285,12 +311,7 @@ def _leave(ctx, sync, epoch, go, FLAGS: tl.constexpr, SCOPE: tl.constexpr):
         ok = mops.healthy(ctx.context_ptr)
     if done == tl.num_programs(0):  # the last program of the launch: every other one has counted itself
         if ok:
-            ok = _arrive(ctx, _exit(sync, FLAGS), sync, epoch, FLAGS, SCOPE)
-        if ok:
-            ok, quit = _await(ctx, _exit(sync, FLAGS), sync, epoch, FLAGS, SCOPE)
-            if ok & quit:
-                _abandoned(ctx, _exit(sync, FLAGS), sync, epoch, FLAGS, SCOPE)
-            ok = ok & (quit == 0)
+            ok = _meet(ctx, _exit(sync, FLAGS), sync, epoch, ok, 0, 0, 0, 0, FLAGS, SCOPE, False)
         if ok == 0:
             _give_up(ctx, sync, epoch, FLAGS, SCOPE)
         tl.store(state, epoch * 0)

@@ -24,6 +24,14 @@ Each launch of a collective's kernel goes through the same steps on the device (
    rank's (bounded as in step 3), so no rank returns while a peer may still touch its buffers.
    A rank in error skips the exit and raises its ``abandon`` flag everywhere.
 
+The flags' atomics run at gpu scope when every rank shares one device (``Workspace.scope``), else
+at sys scope. The flags a wait polls are read with atomics, whose result Triton shares among a
+program's threads: a per-thread load of a word that a peer may be writing can give the warps of
+one program different values, and so different branches around a barrier (BENCHMARKS.md, session
+19). The descriptions are read only after the entry's acquire, when they no longer change. (The
+device clock and this rank's health word are still read per thread; at the very deadline the
+warps of a multi-warp program could disagree. Not seen; a known gap.)
+
 Every failure is reported without a host synchronization (the heap's error record) and leaves
 the rank poisoned until ``iris.ccl.reset()`` has run on every rank. Validation that can fail on
 the host happens before a kernel is launched, so a rejected call publishes nothing.

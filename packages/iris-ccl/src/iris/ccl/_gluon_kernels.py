@@ -318,8 +318,9 @@ def _leave(ctx, sync, epoch, go, FLAGS: gl.constexpr, SCOPE: gl.constexpr):
     done = 1
     if gl.num_programs(0) > 1:
         done = ctx.atomic_add(state, 1, ctx.rank, sem="acq_rel", scope=SCOPE).to(gl.int32) + 1
-        ok = mops.healthy(ctx.context_ptr)
     if done == gl.num_programs(0):  # the last program of the launch: every other one has counted itself
+        if gl.num_programs(0) > 1:  # another program of the launch may have failed
+            ok = mops.healthy(ctx.context_ptr)
         if ok:
             ok = _meet(ctx, _exit(sync, FLAGS), sync, epoch, ok, 0, 0, 0, 0, FLAGS, SCOPE, False)
         if ok == 0:

@@ -308,8 +308,9 @@ def _leave(ctx, sync, epoch, go, FLAGS: tl.constexpr, SCOPE: tl.constexpr):
     done = 1
     if tl.num_programs(0) > 1:
         done = tl.atomic_add(state, 1, sem="acq_rel", scope=SCOPE).to(tl.int32) + 1
-        ok = mops.healthy(ctx.context_ptr)
     if done == tl.num_programs(0):  # the last program of the launch: every other one has counted itself
+        if tl.num_programs(0) > 1:  # another program of the launch may have failed
+            ok = mops.healthy(ctx.context_ptr)
         if ok:
             ok = _meet(ctx, _exit(sync, FLAGS), sync, epoch, ok, 0, 0, 0, 0, FLAGS, SCOPE, False)
         if ok == 0:

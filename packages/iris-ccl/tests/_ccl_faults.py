@@ -360,11 +360,11 @@ def slow_between_publish_and_wait(rank, world_size, backend, odd_call: str):
     real, held = kernels._await, []
     if odd:
 
-        def slow_await(ctx, flags, sync, epoch, FLAGS, SCOPE):  # noqa: N803 - the kernel's names
+        def slow_await(ctx, flags, sync, epoch, FLAGS, SCOPE, GROUPS):  # noqa: N803 - the kernel's names
             if not held:  # the entry's wait (the first one of the launch)
                 held.append(time.monotonic())
                 time.sleep(0.5)
-            return real(ctx, flags, sync, epoch, FLAGS, SCOPE)
+            return real(ctx, flags, sync, epoch, FLAGS, SCOPE, GROUPS)
 
         kernels._await = slow_await
     dist.barrier()

@@ -34,7 +34,12 @@ _TIMEOUT = gl.constexpr(abi.ERROR_COLLECTIVE_TIMEOUT)
 _MISMATCH = gl.constexpr(abi.ERROR_COLLECTIVE_MISMATCH)
 _ABANDONED = gl.constexpr(abi.ERROR_COLLECTIVE_ABANDONED)
 _NEVER = gl.constexpr(-(2**62))  # a value no flag ever holds: a CAS expecting it changes nothing
-DESC_WORDS = gl.constexpr(protocol.DESC_WORDS)  # code, numel, offset a, offset b
+DESC_SLOTS = gl.constexpr(protocol.DESC_SLOTS)  # code's low and high halves, numel, offset a, offset b
+_TAG = gl.constexpr(1 << protocol.TAG_BITS)  # a published word is payload * _TAG + the epoch's low bits
+_TAG_BITS = gl.constexpr(protocol.TAG_BITS)
+_FIELDS = gl.constexpr(protocol.DESC_WORDS)  # code, numel, offset a, offset b: what a mismatch names
+_ENTRY_GROUPS = gl.constexpr(8)  # the entry's lanes, in FLAGS-wide groups: a power of two >= 2 + DESC_SLOTS
+_EXIT_GROUPS = gl.constexpr(2)  # the exit's: its flags and the abandon flags
 _MAX = gl.constexpr(protocol.REDUCE_OPS["max"])  # the OP constexpr's codes; anything else sums
 _MIN = gl.constexpr(protocol.REDUCE_OPS["min"])
 _AVG = gl.constexpr(protocol.REDUCE_OPS["avg"])
@@ -81,13 +86,14 @@ def _abandon(sync, FLAGS: gl.constexpr):
 
 @gluon.jit
 def _desc(sync, epoch, FLAGS: gl.constexpr):
-    """The descriptions of the call at ``epoch``: two sets, by the epoch's parity (see _triton_kernels)."""
-    return sync + 3 * FLAGS + (epoch % 2) * (DESC_WORDS * FLAGS)
+    """The descriptions of the call at ``epoch`` (slot k of rank r at ``[k * FLAGS + r]``): two
+    sets, by the epoch's parity (see _triton_kernels)."""
+    return sync + 3 * FLAGS + (epoch % 2) * (DESC_SLOTS * FLAGS)
 
 
 @gluon.jit
 def _state(sync, FLAGS: gl.constexpr):
-    return sync + (3 + 2 * DESC_WORDS) * FLAGS
+    return sync + (3 + 2 * DESC_SLOTS) * FLAGS
 
 
 @gluon.jit
@@ -107,6 +113,24 @@ def _lanes(ctx, FLAGS: gl.constexpr):
 def _real(ctx, FLAGS: gl.constexpr):
     """The lanes that stand for a rank of their own (not a repeat of the last one)."""
     return _index(FLAGS) < ctx.world_size
+
+
+@gluon.jit
+def _groups(ctx, GROUPS: gl.constexpr, FLAGS: gl.constexpr):
+    """``GROUPS`` groups of FLAGS lanes: (lane index, group, rank, whether the rank is real)."""
+    i = _index(GROUPS * FLAGS)
+    return i, i // FLAGS, gl.minimum(i % FLAGS, ctx.world_size - 1), (i % FLAGS) < ctx.world_size
+
+
+@gluon.jit
+def _slot(k, epoch, code, numel, off_a, off_b):
+    """The published word of a description's slot ``k`` at ``epoch`` (see _triton_kernels)."""
+    c = code.to(gl.int64)
+    a, b, n = off_a.to(gl.int64), off_b.to(gl.int64), numel.to(gl.int64)
+    payload = gl.where(
+        k == 0, c & ((1 << 30) - 1), gl.where(k == 1, c >> 30, gl.where(k == 2, n, gl.where(k == 3, a, b)))
+    )
+    return payload * _TAG + epoch % _TAG
 
 
 @gluon.jit
@@ -135,17 +159,23 @@ def _poll(ctx, ptrs, SCOPE: gl.constexpr):
 
 
 @gluon.jit
-def _arrive(ctx, flags, sync, value, FLAGS: gl.constexpr, SCOPE: gl.constexpr):
-    """Write ``value`` into ``flags[rank]`` of every rank (a release exchange per lane); False, with
-    ERROR_COLLECTIVE_ABANDONED recorded, if a peer had marked this rank's flag (it gave up)."""
-    r = _lanes(ctx, FLAGS)
-    old = ctx.atomic_xchg(flags + ctx.rank + r * 0, value, r, sem="release", scope=SCOPE)
-    marked = _real(ctx, FLAGS) & (old < 0)
+def _arrive(ctx, flags, sync, epoch, code, numel, off_a, off_b, FLAGS: gl.constexpr, SCOPE: gl.constexpr,
+            GROUPS: gl.constexpr):  # fmt: skip
+    """Write ``epoch`` into ``flags[rank]`` of every rank (a release exchange per lane), with
+    ``GROUPS`` > 1 (the entry) this rank's tagged description too, in the same exchange; False,
+    with ERROR_COLLECTIVE_ABANDONED recorded, if a peer had marked this rank's flag (it gave up)."""
+    i, g, r, real = _groups(ctx, GROUPS, FLAGS)
+    k = gl.minimum(g - 1, DESC_SLOTS - 1)  # lanes past the last slot repeat it
+    is_flag = g == 0
+    ptrs = gl.where(is_flag, flags + ctx.rank + r * 0, _desc(sync, epoch, FLAGS) + k * FLAGS + ctx.rank)
+    old = ctx.atomic_xchg(ptrs, gl.where(is_flag, epoch + k * 0, _slot(k, epoch, code, numel, off_a, off_b)), r,
+                          sem="release", scope=SCOPE)  # fmt: skip
+    marked = is_flag & real & (old < 0)
     ok = _any(marked) == 0
     if ok == 0:
-        peer = _first(marked, r, FLAGS)
+        peer = _first(marked, r, GROUPS * FLAGS)
         mops.record_error(
-            ctx.context_ptr, _ABANDONED, _offset(ctx, flags + ctx.rank), -_first(marked, old, FLAGS), peer, -1
+            ctx.context_ptr, _ABANDONED, _offset(ctx, flags + ctx.rank), -_first(marked, old, GROUPS * FLAGS), peer, -1
         )
     return ok
 
@@ -158,33 +188,26 @@ def _give_up(ctx, sync, epoch, FLAGS: gl.constexpr, SCOPE: gl.constexpr):
 
 
 @gluon.jit
-def _look(got, epoch, is_flag, real):
-    """(every flag reached ``epoch``, some peer gave up) from one poll, with one reduction: the
-    count of missing flags plus 2**20 per abandon flag raised (lanes are far fewer than 2**20)."""
-    bad = gl.where(is_flag, (got < epoch).to(gl.int32), (real & (got != 0)).to(gl.int32) << 20)
+def _look(got, epoch, g, real):
+    """(every rank arrived, some peer gave up) from one poll, with one reduction (see _triton_kernels)."""
+    stale = real & ((got & (_TAG - 1)) != epoch % _TAG)
+    bad = gl.where(g == 0, (got < epoch).to(gl.int32), gl.where(g == 1, (real & (got != 0)).to(gl.int32) << 20,
+                                                                  stale.to(gl.int32)))  # fmt: skip
     total = gl.sum(bad, axis=0)
     return (total & ((1 << 20) - 1)) == 0, total >= (1 << 20)
 
 
 @gluon.jit
-def _await(ctx, flags, sync, epoch, FLAGS: gl.constexpr, SCOPE: gl.constexpr):
-    """Bounded wait until every rank's local ``flags[r]`` has reached ``epoch``: (they did, a peer gave up).
-
-    One poll reads every rank's flag and every rank's ``abandon`` flag at once (2 * FLAGS lanes).
-    It stops early when a peer has given up or this rank's context holds an error; a peer's
-    give-up is looked for even when every flag is up at the first look (that peer may have given
-    up on a rank that arrived after it). At the deadline (``heap.wait_timeout`` by the device
-    clock) it marks every missing rank's flag with ``-epoch`` by a CAS from the value it saw: a
-    rank that arrives later finds the mark when it raises its flag (``_arrive``) and stops too. A
-    CAS that fails because the rank arrived in the meantime means it is not missing after all.
-    """
-    i = _index(2 * FLAGS)
-    r = gl.minimum(i % FLAGS, ctx.world_size - 1)
-    is_flag = i < FLAGS
-    real = (i % FLAGS) < ctx.world_size
-    ptrs = gl.where(is_flag, flags + r, _abandon(sync, FLAGS) + r)
+def _await(ctx, flags, sync, epoch, FLAGS: gl.constexpr, SCOPE: gl.constexpr, GROUPS: gl.constexpr):
+    """Bounded wait until every rank's local ``flags[r]`` has reached ``epoch`` (at the entry, with
+    every rank's description): (they did, a peer gave up, the last poll). See _triton_kernels."""
+    i, g, r, real = _groups(ctx, GROUPS, FLAGS)
+    k = gl.minimum(gl.maximum(g - 2, 0), DESC_SLOTS - 1)  # lanes past the last slot repeat it
+    ptrs = gl.where(
+        g == 0, flags + r, gl.where(g == 1, _abandon(sync, FLAGS) + r, _desc(sync, epoch, FLAGS) + k * FLAGS + r)
+    )
     got = _poll(ctx, ptrs, SCOPE)
-    done, quit = _look(got, epoch, is_flag, real)
+    done, quit = _look(got, epoch, g, real)
     if (done == 0) & (quit == 0):  # not there yet: wait, with the clock running
         timeout = mops.wait_timeout_ns(ctx.context_ptr)
         start = mops.clock_ns()
@@ -192,27 +215,29 @@ def _await(ctx, flags, sync, epoch, FLAGS: gl.constexpr, SCOPE: gl.constexpr):
         waited = mops.clock_ns() - start
         while (done == 0) & healthy & (quit == 0) & (waited < timeout):
             got = _poll(ctx, ptrs, SCOPE)
-            done, quit = _look(got, epoch, is_flag, real)
+            done, quit = _look(got, epoch, g, real)
             healthy = mops.healthy(ctx.context_ptr)
             waited = mops.clock_ns() - start
         if (done == 0) & healthy & (quit == 0):  # the deadline: give up on the missing ranks
-            missing = is_flag & real & (got < epoch)
+            missing = (g == 0) & real & (got < epoch)
             old = ctx.atomic_cas(ptrs, gl.where(missing, got, _NEVER), gl.where(missing, got * 0 - epoch, _NEVER), ctx.rank,
                                  sem="acq_rel", scope=SCOPE)  # fmt: skip
             late = missing & (old < epoch)  # still missing (or already marked by another program)
             if _any(late):
-                peer = _first(late, r, 2 * FLAGS)
+                peer = _first(late, r, GROUPS * FLAGS)
                 mops.record_error(ctx.context_ptr, _TIMEOUT, _offset(ctx, flags + peer), epoch, peer, waited)
             done = _any(late) == 0  # every missing rank arrived just before the mark
+            if done:  # their descriptions, for _agree (a word still untagged there counts as a difference)
+                got = _poll(ctx, ptrs, SCOPE)
     if quit & (done == 0):  # a peer gave up while this rank waited: stop too, naming it and the first rank missing
-        peer = _first((is_flag == 0) & real & (got != 0), r, 2 * FLAGS)
-        missing = is_flag & real & (got < epoch)
-        first_missing = gl.where(_any(missing), _first(missing, r, 2 * FLAGS), -1)
+        peer = _first((g == 1) & real & (got != 0), r, GROUPS * FLAGS)
+        missing = (g == 0) & real & (got < epoch)
+        first_missing = gl.where(_any(missing), _first(missing, r, GROUPS * FLAGS), -1)
         mops.record_error(ctx.context_ptr, _ABANDONED, _offset(ctx, flags + gl.maximum(first_missing, 0)), epoch, peer,
                           first_missing)  # fmt: skip
     if gl.num_programs(0) > 1:  # another program of the launch may have given up meanwhile
         done = done & mops.healthy(ctx.context_ptr)
-    return done, quit
+    return done, quit, got
 
 
 @gluon.jit
@@ -225,32 +250,26 @@ def _abandoned(ctx, flags, sync, epoch, FLAGS: gl.constexpr, SCOPE: gl.constexpr
 
 
 @gluon.jit
-def _agree(ctx, sync, epoch, code, numel, off_a, off_b, FLAGS: gl.constexpr):
+def _agree(ctx, got, epoch, code, numel, off_a, off_b, FLAGS: gl.constexpr, GROUPS: gl.constexpr):
     """Whether every rank published this rank's description of the call (see _triton_kernels)."""
-    lanes = _lanes(ctx, FLAGS)
-    desc = _desc(sync, epoch, FLAGS) + lanes * DESC_WORDS
-    # Plain (volatile) loads: the entry wait's acquire, then the program's barrier, order them
-    # after the peers' releases (the data of the call is read the same way).
-    img.barrier()
-    c = gl.load(desc + 0, volatile=True)
-    n = gl.load(desc + 1, volatile=True)
-    a = gl.load(desc + 2, volatile=True)
-    b = gl.load(desc + 3, volatile=True)
-    differs = (c != code) | (n != numel) | (a != off_a) | (b != off_b)
+    i, g, r, real = _groups(ctx, GROUPS, FLAGS)
+    k = gl.minimum(gl.maximum(g - 2, 0), DESC_SLOTS - 1)
+    on = (g >= 2) & real
+    differs = on & (got != _slot(k, epoch, code, numel, off_a, off_b))
     ok = _any(differs) == 0
     if ok == 0:
-        field = gl.where(c != code, 0, gl.where(n != numel, 1, gl.where(a != off_a, 2, 3)))
-        theirs = gl.where(field == 0, c, gl.where(field == 1, n, gl.where(field == 2, a, b)))
-        ours = gl.where(
-            field == 0,
-            code + c * 0,
-            gl.where(field == 1, numel + c * 0, gl.where(field == 2, off_a + c * 0, off_b + c * 0)),
-        )
-        peer = _first(differs, lanes, FLAGS)
+        peer = gl.min(gl.where(differs, r, FLAGS), axis=0)
+        field = gl.min(gl.where(differs & (r == peer), gl.maximum(k - 1, 0), _FIELDS), axis=0)  # slots 0, 1: CODE
+        theirs = got >> _TAG_BITS
+        at = on & (r == peer)
+        lo = _first(at & (k == 0), theirs, GROUPS * FLAGS)
+        hi = _first(at & (k == 1), theirs, GROUPS * FLAGS)
+        other = _first(at & (k == field + 1), theirs, GROUPS * FLAGS)
+        ours = gl.where(field == 0, code.to(gl.int64), gl.where(field == 1, numel.to(gl.int64),
+                        gl.where(field == 2, off_a.to(gl.int64), off_b.to(gl.int64))))  # fmt: skip
         mops.record_error(
-            ctx.context_ptr, _MISMATCH, _first(differs, field, FLAGS), _first(differs, ours, FLAGS), peer,
-            _first(differs, theirs, FLAGS),
-        )  # fmt: skip
+            ctx.context_ptr, _MISMATCH, field, ours, peer, gl.where(field == 0, hi * (1 << 30) + lo, other)
+        )
     return ok
 
 
@@ -267,20 +286,22 @@ def _meet(
     off_b,
     FLAGS: gl.constexpr,
     SCOPE: gl.constexpr,
-    AGREE: gl.constexpr,
+    GROUPS: gl.constexpr,
 ):
     """Raise this rank's ``flags`` entry everywhere (when ``arrive``), then wait for every rank's;
-    with ``AGREE`` (the entry) compare every rank's description with this one's: whether this
-    program may go on. The comparison comes first, so that a rank that looks late at a mismatch a
-    peer already gave up on still reports the mismatch itself, not the give-up."""
+    at the entry (``GROUPS`` = _ENTRY_GROUPS) the description travels with the flag and every
+    rank's is compared with this one's (see _triton_kernels)."""
     go = epoch == epoch
     if arrive:
-        go = _arrive(ctx, flags, sync, epoch, FLAGS, SCOPE)
+        if GROUPS > _EXIT_GROUPS:
+            go = _arrive(ctx, flags, sync, epoch, code, numel, off_a, off_b, FLAGS, SCOPE, GROUPS)
+        else:
+            go = _arrive(ctx, flags, sync, epoch, code, numel, off_a, off_b, FLAGS, SCOPE, 1)
     if go:
-        go, quit = _await(ctx, flags, sync, epoch, FLAGS, SCOPE)
-        if AGREE:
+        go, quit, got = _await(ctx, flags, sync, epoch, FLAGS, SCOPE, GROUPS)
+        if GROUPS > _EXIT_GROUPS:
             if go:
-                go = _agree(ctx, sync, epoch, code, numel, off_a, off_b, FLAGS)
+                go = _agree(ctx, got, epoch, code, numel, off_a, off_b, FLAGS, GROUPS)
         if go & quit:
             _abandoned(ctx, flags, sync, epoch, FLAGS, SCOPE)
         go = go & (quit == 0)
@@ -293,17 +314,10 @@ def _enter(ctx, sync, code, numel, off_a, off_b, FLAGS: gl.constexpr, SCOPE: gl.
     epoch = gl.load(_state(sync, FLAGS) + 1) + 1
     go = mops.healthy(ctx.context_ptr)
     if go:
-        if gl.program_id(0) == 0:
-            r = _lanes(ctx, FLAGS)
-            desc = _desc(sync, epoch, FLAGS) + ctx.rank * DESC_WORDS + r * 0
-            ctx.store(desc + 0, code, r)
-            ctx.store(desc + 1, numel, r)
-            ctx.store(desc + 2, off_a, r)
-            ctx.store(desc + 3, off_b, r)
-            img.barrier()  # the description is written before the entry flag releases it
         go = _meet(
-            ctx, _entry(sync, FLAGS), sync, epoch, gl.program_id(0) == 0, code, numel, off_a, off_b, FLAGS, SCOPE, True
-        )
+            ctx, _entry(sync, FLAGS), sync, epoch, gl.program_id(0) == 0, code, numel, off_a, off_b, FLAGS, SCOPE,
+            _ENTRY_GROUPS,
+        )  # fmt: skip
     return epoch, go
 
 
@@ -322,7 +336,8 @@ def _leave(ctx, sync, epoch, go, FLAGS: gl.constexpr, SCOPE: gl.constexpr):
         if gl.num_programs(0) > 1:  # another program of the launch may have failed
             ok = mops.healthy(ctx.context_ptr)
         if ok:
-            ok = _meet(ctx, _exit(sync, FLAGS), sync, epoch, ok, 0, 0, 0, 0, FLAGS, SCOPE, False)
+            none = epoch * 0  # the exit compares no description
+            ok = _meet(ctx, _exit(sync, FLAGS), sync, epoch, ok, none, none, none, none, FLAGS, SCOPE, _EXIT_GROUPS)
         if ok == 0:
             _give_up(ctx, sync, epoch, FLAGS, SCOPE)
         gl.store(state, epoch * 0)

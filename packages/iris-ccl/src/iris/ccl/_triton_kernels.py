@@ -35,7 +35,12 @@ _TIMEOUT = tl.constexpr(abi.ERROR_COLLECTIVE_TIMEOUT)
 _MISMATCH = tl.constexpr(abi.ERROR_COLLECTIVE_MISMATCH)
 _ABANDONED = tl.constexpr(abi.ERROR_COLLECTIVE_ABANDONED)
 _NEVER = tl.constexpr(-(2**62))  # a value no flag ever holds: a CAS expecting it changes nothing
-DESC_WORDS = tl.constexpr(protocol.DESC_WORDS)  # code, numel, offset a, offset b
+DESC_SLOTS = tl.constexpr(protocol.DESC_SLOTS)  # code's low and high halves, numel, offset a, offset b
+_TAG = tl.constexpr(1 << protocol.TAG_BITS)  # a published word is payload * _TAG + the epoch's low bits
+_TAG_BITS = tl.constexpr(protocol.TAG_BITS)
+_FIELDS = tl.constexpr(protocol.DESC_WORDS)  # code, numel, offset a, offset b: what a mismatch names
+_ENTRY_GROUPS = tl.constexpr(8)  # the entry's lanes, in FLAGS-wide groups: a power of two >= 2 + DESC_SLOTS
+_EXIT_GROUPS = tl.constexpr(2)  # the exit's: its flags and the abandon flags
 _MAX = tl.constexpr(protocol.REDUCE_OPS["max"])  # the OP constexpr's codes; anything else sums
 _MIN = tl.constexpr(protocol.REDUCE_OPS["min"])
 _AVG = tl.constexpr(protocol.REDUCE_OPS["avg"])
@@ -67,15 +72,16 @@ def _abandon(sync, FLAGS: tl.constexpr):
 
 @triton.jit
 def _desc(sync, epoch, FLAGS: tl.constexpr):
-    """The descriptions of the call at ``epoch``: two sets, by the epoch's parity. A barrier has no
-    exit, so a rank may publish the next call while a peer still reads this one's; it can never
-    be two calls ahead (it waits at the next entry for every rank)."""
-    return sync + 3 * FLAGS + (epoch % 2) * (DESC_WORDS * FLAGS)
+    """The descriptions of the call at ``epoch`` (slot k of rank r at ``[k * FLAGS + r]``): two
+    sets, by the epoch's parity. A barrier has no exit, so a rank may publish the next call while
+    a peer still reads this one's; it can never be two calls ahead (it waits at the next entry for
+    every rank)."""
+    return sync + 3 * FLAGS + (epoch % 2) * (DESC_SLOTS * FLAGS)
 
 
 @triton.jit
 def _state(sync, FLAGS: tl.constexpr):
-    return sync + (3 + 2 * DESC_WORDS) * FLAGS
+    return sync + (3 + 2 * DESC_SLOTS) * FLAGS
 
 
 @triton.jit
@@ -89,6 +95,25 @@ def _lanes(ctx, FLAGS: tl.constexpr):
 def _real(ctx, FLAGS: tl.constexpr):
     """The lanes that stand for a rank of their own (not a repeat of the last one)."""
     return tl.arange(0, FLAGS) < ctx.world_size
+
+
+@triton.jit
+def _groups(ctx, GROUPS: tl.constexpr, FLAGS: tl.constexpr):
+    """``GROUPS`` groups of FLAGS lanes: (lane index, group, rank, whether the rank is real)."""
+    i = tl.arange(0, GROUPS * FLAGS)
+    return i, i // FLAGS, tl.minimum(i % FLAGS, ctx.world_size - 1), (i % FLAGS) < ctx.world_size
+
+
+@triton.jit
+def _slot(k, epoch, code, numel, off_a, off_b):
+    """The published word of a description's slot ``k`` (a lane vector) at ``epoch``: the slot's
+    payload (CODE's low 30 bits, its high bits, NUMEL, OFF_A, OFF_B) tagged with the epoch."""
+    c = code.to(tl.int64)
+    a, b, n = off_a.to(tl.int64), off_b.to(tl.int64), numel.to(tl.int64)
+    payload = tl.where(
+        k == 0, c & ((1 << 30) - 1), tl.where(k == 1, c >> 30, tl.where(k == 2, n, tl.where(k == 3, a, b)))
+    )
+    return payload * _TAG + epoch % _TAG
 
 
 @triton.jit
@@ -113,21 +138,30 @@ def _offset(ctx, ptr):
 
 
 @triton.jit
-def _arrive(ctx, flags, sync, value, FLAGS: tl.constexpr, SCOPE: tl.constexpr):
-    """Write ``value`` into ``flags[rank]`` of every rank at once (a release exchange per lane).
+def _arrive(ctx, flags, sync, epoch, code, numel, off_a, off_b, FLAGS: tl.constexpr, SCOPE: tl.constexpr,
+            GROUPS: tl.constexpr):  # fmt: skip
+    """Write ``epoch`` into ``flags[rank]`` of every rank at once (a release exchange per lane);
+    with ``GROUPS`` > 1 (the entry) the same exchange writes this rank's description, tagged with
+    the epoch, into ``desc[rank]`` of every rank (the lanes past the flag's group): a peer that
+    polls it sees each word either old (another tag) or whole, so no fence orders them.
 
-    An old value below zero is a peer's mark: that peer gave up waiting for this rank, so this
+    An old flag below zero is a peer's mark: that peer gave up waiting for this rank, so this
     rank must not go on; it records ERROR_COLLECTIVE_ABANDONED naming the peer. True if none did.
     """
-    r = _lanes(ctx, FLAGS)
-    old = ctx.atomic_xchg(flags + ctx.rank + r * 0, value, r, sem="release", scope=SCOPE)
-    marked = _real(ctx, FLAGS) & (old < 0)
+    i, g, r, real = _groups(ctx, GROUPS, FLAGS)
+    k = tl.minimum(g - 1, DESC_SLOTS - 1)  # lanes past the last slot repeat it
+    is_flag = g == 0
+    ptrs = tl.where(is_flag, flags + ctx.rank + r * 0, _desc(sync, epoch, FLAGS) + k * FLAGS + ctx.rank)
+    old = ctx.atomic_xchg(ptrs, tl.where(is_flag, epoch, _slot(k, epoch, code, numel, off_a, off_b)), r,
+                          sem="release", scope=SCOPE)  # fmt: skip
+    marked = is_flag & real & (old < 0)
     ok = _any(marked) == 0
     if ok == 0:
-        peer = _first(marked, r, FLAGS)
+        peer = _first(marked, r, GROUPS * FLAGS)
         mops.record_error(
-            ctx.context_ptr, _ABANDONED, _offset(ctx, flags + ctx.rank), -_first(marked, old, FLAGS), peer, -1
-        )
+            ctx.context_ptr, _ABANDONED, _offset(ctx, flags + ctx.rank), -_first(marked, old, GROUPS * FLAGS),
+            peer, -1,
+        )  # fmt: skip
     return ok
 
 
@@ -139,19 +173,26 @@ def _give_up(ctx, sync, epoch, FLAGS: tl.constexpr, SCOPE: tl.constexpr):
 
 
 @triton.jit
-def _look(got, epoch, is_flag, real):
-    """(every flag reached ``epoch``, some peer gave up) from one poll, with one reduction: the
-    count of missing flags plus 2**20 per abandon flag raised (lanes are far fewer than 2**20)."""
-    bad = tl.where(is_flag, (got < epoch).to(tl.int32), (real & (got != 0)).to(tl.int32) << 20)
+def _look(got, epoch, g, real):
+    """(every rank arrived, some peer gave up) from one poll, with one reduction: the count of
+    missing flags and description words (group 0, groups 2 and up) plus 2**20 per abandon flag
+    raised (group 1; lanes are far fewer than 2**20). A description word is there once it
+    carries this epoch's tag."""
+    stale = real & ((got & (_TAG - 1)) != epoch % _TAG)
+    bad = tl.where(g == 0, (got < epoch).to(tl.int32), tl.where(g == 1, (real & (got != 0)).to(tl.int32) << 20,
+                                                                  stale.to(tl.int32)))  # fmt: skip
     total = tl.sum(bad, axis=0)
     return (total & ((1 << 20) - 1)) == 0, total >= (1 << 20)
 
 
 @triton.jit
-def _await(ctx, flags, sync, epoch, FLAGS: tl.constexpr, SCOPE: tl.constexpr):
-    """Bounded wait until every rank's local ``flags[r]`` has reached ``epoch``: (they did, a peer gave up).
+def _await(ctx, flags, sync, epoch, FLAGS: tl.constexpr, SCOPE: tl.constexpr, GROUPS: tl.constexpr):
+    """Bounded wait until every rank's local ``flags[r]`` has reached ``epoch``: (they did, a peer
+    gave up, the last poll).
 
-    One poll reads every rank's flag and every rank's ``abandon`` flag at once (2 * FLAGS lanes).
+    One poll reads every rank's flag, every rank's ``abandon`` flag and, at the entry (``GROUPS``
+    > 2), every word of every rank's description at once (GROUPS * FLAGS lanes, by atomics: their
+    values are shared by the program's threads, so its warps take the same branches).
     It stops early when a peer has given up or this rank's context holds an error; a peer's
     give-up is looked for even when every flag is up at the first look (that peer may have given
     up on a rank that arrived after it). At the deadline (``heap.wait_timeout`` by the device
@@ -159,13 +200,13 @@ def _await(ctx, flags, sync, epoch, FLAGS: tl.constexpr, SCOPE: tl.constexpr):
     rank that arrives later finds the mark when it raises its flag (``_arrive``) and stops too. A
     CAS that fails because the rank arrived in the meantime means it is not missing after all.
     """
-    i = tl.arange(0, 2 * FLAGS)
-    r = tl.minimum(i % FLAGS, ctx.world_size - 1)
-    is_flag = i < FLAGS
-    real = (i % FLAGS) < ctx.world_size
-    ptrs = tl.where(is_flag, flags + r, _abandon(sync, FLAGS) + r)
+    i, g, r, real = _groups(ctx, GROUPS, FLAGS)
+    k = tl.minimum(tl.maximum(g - 2, 0), DESC_SLOTS - 1)  # lanes past the last slot repeat it
+    ptrs = tl.where(
+        g == 0, flags + r, tl.where(g == 1, _abandon(sync, FLAGS) + r, _desc(sync, epoch, FLAGS) + k * FLAGS + r)
+    )
     got = tl.atomic_add(ptrs, 0, sem="acquire", scope=SCOPE)
-    done, quit = _look(got, epoch, is_flag, real)
+    done, quit = _look(got, epoch, g, real)
     if (done == 0) & (quit == 0):  # not there yet: wait, with the clock running
         timeout = mops.wait_timeout_ns(ctx.context_ptr)
         start = mops.clock_ns()
@@ -173,28 +214,30 @@ def _await(ctx, flags, sync, epoch, FLAGS: tl.constexpr, SCOPE: tl.constexpr):
         waited = mops.clock_ns() - start
         while (done == 0) & healthy & (quit == 0) & (waited < timeout):
             got = tl.atomic_add(ptrs, 0, sem="acquire", scope=SCOPE)
-            done, quit = _look(got, epoch, is_flag, real)
+            done, quit = _look(got, epoch, g, real)
             healthy = mops.healthy(ctx.context_ptr)
             waited = mops.clock_ns() - start
         if (done == 0) & healthy & (quit == 0):  # the deadline: give up on the missing ranks
-            missing = is_flag & real & (got < epoch)
+            missing = (g == 0) & real & (got < epoch)
             old = tl.atomic_cas(
                 ptrs, tl.where(missing, got, _NEVER), tl.where(missing, -epoch, _NEVER), sem="acq_rel", scope=SCOPE
             )
             late = missing & (old < epoch)  # still missing (or already marked by another program)
             if _any(late):
-                peer = _first(late, r, 2 * FLAGS)
+                peer = _first(late, r, GROUPS * FLAGS)
                 mops.record_error(ctx.context_ptr, _TIMEOUT, _offset(ctx, flags + peer), epoch, peer, waited)
             done = _any(late) == 0  # every missing rank arrived just before the mark
+            if done:  # their descriptions, for _agree (a word still untagged there counts as a difference)
+                got = tl.atomic_add(ptrs, 0, sem="acquire", scope=SCOPE)
     if quit & (done == 0):  # a peer gave up while this rank waited: stop too, naming it and the first rank missing
-        peer = _first((is_flag == 0) & real & (got != 0), r, 2 * FLAGS)
-        missing = is_flag & real & (got < epoch)
-        first_missing = tl.where(_any(missing), _first(missing, r, 2 * FLAGS), -1)
+        peer = _first((g == 1) & real & (got != 0), r, GROUPS * FLAGS)
+        missing = (g == 0) & real & (got < epoch)
+        first_missing = tl.where(_any(missing), _first(missing, r, GROUPS * FLAGS), -1)
         mops.record_error(ctx.context_ptr, _ABANDONED, _offset(ctx, flags + tl.maximum(first_missing, 0)), epoch, peer,
                           first_missing)  # fmt: skip
     if tl.num_programs(0) > 1:  # another program of the launch may have given up meanwhile
         done = done & mops.healthy(ctx.context_ptr)
-    return done, quit
+    return done, quit, got
 
 
 @triton.jit
@@ -207,29 +250,28 @@ def _abandoned(ctx, flags, sync, epoch, FLAGS: tl.constexpr, SCOPE: tl.constexpr
 
 
 @triton.jit
-def _agree(ctx, sync, epoch, code, numel, off_a, off_b, FLAGS: tl.constexpr):
-    """Whether every rank published this rank's description of the call; on the first difference,
-    ERROR_COLLECTIVE_MISMATCH with the field, this rank's value, the peer and the peer's value."""
-    lanes = _lanes(ctx, FLAGS)
-    desc = _desc(sync, epoch, FLAGS) + lanes * DESC_WORDS
-    # Plain (volatile) loads: the entry wait's acquire, then the program's barrier, order them
-    # after the peers' releases (the data of the call is read the same way).
-    tl.debug_barrier()
-    c = tl.load(desc + 0, volatile=True)
-    n = tl.load(desc + 1, volatile=True)
-    a = tl.load(desc + 2, volatile=True)
-    b = tl.load(desc + 3, volatile=True)
-    differs = (c != code) | (n != numel) | (a != off_a) | (b != off_b)
+def _agree(ctx, got, epoch, code, numel, off_a, off_b, FLAGS: tl.constexpr, GROUPS: tl.constexpr):
+    """Whether every rank published this rank's description of the call (the entry's last poll,
+    ``got``); on the first rank with a difference, ERROR_COLLECTIVE_MISMATCH with its first field
+    that differs, this rank's value, the peer and the peer's value."""
+    i, g, r, real = _groups(ctx, GROUPS, FLAGS)
+    k = tl.minimum(tl.maximum(g - 2, 0), DESC_SLOTS - 1)
+    on = (g >= 2) & real
+    differs = on & (got != _slot(k, epoch, code, numel, off_a, off_b))
     ok = _any(differs) == 0
     if ok == 0:
-        field = tl.where(c != code, 0, tl.where(n != numel, 1, tl.where(a != off_a, 2, 3)))
-        theirs = tl.where(field == 0, c, tl.where(field == 1, n, tl.where(field == 2, a, b)))
-        ours = tl.where(field == 0, code, tl.where(field == 1, numel, tl.where(field == 2, off_a, off_b)))
-        peer = _first(differs, lanes, FLAGS)
+        peer = tl.min(tl.where(differs, r, FLAGS), axis=0)
+        field = tl.min(tl.where(differs & (r == peer), tl.maximum(k - 1, 0), _FIELDS), axis=0)  # slots 0, 1: CODE
+        theirs = got >> _TAG_BITS
+        at = on & (r == peer)
+        lo = _first(at & (k == 0), theirs, GROUPS * FLAGS)
+        hi = _first(at & (k == 1), theirs, GROUPS * FLAGS)
+        other = _first(at & (k == field + 1), theirs, GROUPS * FLAGS)
+        ours = tl.where(field == 0, code.to(tl.int64), tl.where(field == 1, numel.to(tl.int64),
+                        tl.where(field == 2, off_a.to(tl.int64), off_b.to(tl.int64))))  # fmt: skip
         mops.record_error(
-            ctx.context_ptr, _MISMATCH, _first(differs, field, FLAGS), _first(differs, ours, FLAGS), peer,
-            _first(differs, theirs, FLAGS),
-        )  # fmt: skip
+            ctx.context_ptr, _MISMATCH, field, ours, peer, tl.where(field == 0, hi * (1 << 30) + lo, other)
+        )
     return ok
 
 
@@ -246,20 +288,24 @@ def _meet(
     off_b,
     FLAGS: tl.constexpr,
     SCOPE: tl.constexpr,
-    AGREE: tl.constexpr,
+    GROUPS: tl.constexpr,
 ):
     """Raise this rank's ``flags`` entry everywhere (when ``arrive``), then wait for every rank's;
-    with ``AGREE`` (the entry) compare every rank's description with this one's: whether this
-    program may go on. The comparison comes first, so that a rank that looks late at a mismatch a
-    peer already gave up on still reports the mismatch itself, not the give-up."""
+    at the entry (``GROUPS`` = _ENTRY_GROUPS) the description travels with the flag and every
+    rank's is compared with this one's: whether this program may go on. The comparison comes
+    first, so that a rank that looks late at a mismatch a peer already gave up on still reports
+    the mismatch itself, not the give-up."""
     go = epoch == epoch
     if arrive:
-        go = _arrive(ctx, flags, sync, epoch, FLAGS, SCOPE)
+        if GROUPS > _EXIT_GROUPS:
+            go = _arrive(ctx, flags, sync, epoch, code, numel, off_a, off_b, FLAGS, SCOPE, GROUPS)
+        else:
+            go = _arrive(ctx, flags, sync, epoch, code, numel, off_a, off_b, FLAGS, SCOPE, 1)
     if go:
-        go, quit = _await(ctx, flags, sync, epoch, FLAGS, SCOPE)
-        if AGREE:
+        go, quit, got = _await(ctx, flags, sync, epoch, FLAGS, SCOPE, GROUPS)
+        if GROUPS > _EXIT_GROUPS:
             if go:
-                go = _agree(ctx, sync, epoch, code, numel, off_a, off_b, FLAGS)
+                go = _agree(ctx, got, epoch, code, numel, off_a, off_b, FLAGS, GROUPS)
         if go & quit:
             _abandoned(ctx, flags, sync, epoch, FLAGS, SCOPE)
         go = go & (quit == 0)
@@ -277,17 +323,10 @@ def _enter(ctx, sync, code, numel, off_a, off_b, FLAGS: tl.constexpr, SCOPE: tl.
     epoch = tl.load(_state(sync, FLAGS) + 1) + 1
     go = mops.healthy(ctx.context_ptr)
     if go:
-        if tl.program_id(0) == 0:
-            r = _lanes(ctx, FLAGS)
-            desc = _desc(sync, epoch, FLAGS) + ctx.rank * DESC_WORDS + r * 0
-            ctx.store(desc + 0, code, r)
-            ctx.store(desc + 1, numel, r)
-            ctx.store(desc + 2, off_a, r)
-            ctx.store(desc + 3, off_b, r)
-            tl.debug_barrier()  # the description is written before the entry flag releases it
         go = _meet(
-            ctx, _entry(sync, FLAGS), sync, epoch, tl.program_id(0) == 0, code, numel, off_a, off_b, FLAGS, SCOPE, True
-        )
+            ctx, _entry(sync, FLAGS), sync, epoch, tl.program_id(0) == 0, code, numel, off_a, off_b, FLAGS, SCOPE,
+            _ENTRY_GROUPS,
+        )  # fmt: skip
     return epoch, go
 
 
@@ -312,7 +351,8 @@ def _leave(ctx, sync, epoch, go, FLAGS: tl.constexpr, SCOPE: tl.constexpr):
         if tl.num_programs(0) > 1:  # another program of the launch may have failed
             ok = mops.healthy(ctx.context_ptr)
         if ok:
-            ok = _meet(ctx, _exit(sync, FLAGS), sync, epoch, ok, 0, 0, 0, 0, FLAGS, SCOPE, False)
+            none = epoch * 0  # the exit compares no description
+            ok = _meet(ctx, _exit(sync, FLAGS), sync, epoch, ok, none, none, none, none, FLAGS, SCOPE, _EXIT_GROUPS)
         if ok == 0:
             _give_up(ctx, sync, epoch, FLAGS, SCOPE)
         tl.store(state, epoch * 0)

@@ -6,18 +6,21 @@ Each launch of a collective's kernel goes through the same steps on the device (
 1. **Healthy?** A rank whose context already holds an error (an earlier collective failed, a
    wait timed out) does not arrive: it touches no peer and tells every rank it gave up (its
    ``abandon`` flag), so they stop at once rather than at their deadline.
-2. **Publish.** Program 0 writes this rank's *description* of the call (below) into every rank's
-   ``desc[rank]``, then raises ``entry[rank]`` to the epoch in every rank with release exchanges.
-   An exchange that returns a negative value finds a peer's mark: that peer gave up waiting for
-   this rank (step 3), so this rank stops and reports ``CollectiveAbandonedError`` naming it.
-3. **Wait, bounded by the clock.** Every program polls every rank's entry flag (and abandon flag)
-   until all arrived, a peer gave up, or ``heap.wait_timeout`` passed on the device clock. At the
+2. **Publish.** Program 0 raises ``entry[rank]`` to the epoch in every rank and writes this
+   rank's *description* of the call (below) into every rank's ``desc[rank]``, in one vector of
+   release exchanges. Each description word carries the epoch's low bits (its *tag*), so a peer
+   tells a word of this call from an older one without any ordering between the words and the
+   flag. An exchange that returns a negative flag finds a peer's mark: that peer gave up waiting
+   for this rank (step 3), so this rank stops and reports ``CollectiveAbandonedError`` naming it.
+3. **Wait, bounded by the clock.** Every program polls every rank's entry flag, abandon flag and
+   description words in one vector of atomics until every flag is up and every word carries the
+   epoch's tag, a peer gave up, or ``heap.wait_timeout`` passed on the device clock. At the
    deadline it marks each missing rank's flag with ``-epoch`` by a CAS from the value it saw: the
    late rank's exchange (step 2) then finds the mark. The CAS and the exchange hit the same
    word, so exactly one of them is first: either the late rank learns it was given up on, or the
    waiter sees it arrive and goes on. A rank that gave up touches no peer's memory afterwards and
    raises ``CollectiveTimeoutError`` naming the missing rank.
-4. **Agree.** Every program compares every rank's description with its own. On any difference
+4. **Agree.** Every program compares every rank's description (from its last poll) with its own. On any difference
    nobody touches a peer (each rank sees the same set of descriptions, so each finds one), and
    every rank raises ``CollectiveMismatchError`` naming the field and both values.
 5. **Work**, then **exit**: the last program raises ``exit[rank]`` everywhere and waits for every
@@ -25,10 +28,12 @@ Each launch of a collective's kernel goes through the same steps on the device (
    A rank in error skips the exit and raises its ``abandon`` flag everywhere.
 
 The flags' atomics run at gpu scope when every rank shares one device (``Workspace.scope``), else
-at sys scope. The flags a wait polls are read with atomics, whose result Triton shares among a
-program's threads: a per-thread load of a word that a peer may be writing can give the warps of
-one program different values, and so different branches around a barrier (BENCHMARKS.md, session
-19). The descriptions are read only after the entry's acquire, when they no longer change. (The
+at sys scope. Everything a wait polls (flags and descriptions) is read with atomics, whose result
+Triton shares among a program's threads: a per-thread load of a word that a peer may be writing
+can give the warps of one program different values, and so different branches around a barrier
+(BENCHMARKS.md, session 19: such a variant hung multi-program launches). Publishing the
+description in the flag's own exchange and reading it in the flag's own poll saves the separate
+stores, the fence before the flag and the loads after it (BENCHMARKS.md, session 20). (The
 device clock and this rank's health word are still read per thread; at the very deadline the
 warps of a multi-warp program could disagree. Not seen; a known gap.)
 
@@ -42,12 +47,17 @@ every entry flag raised before the peer's give-up reaches it; it then moves the 
 the exit. After any error, the contents of the tensors of the failed call are undefined on every
 rank; the tensors of no other call are touched.
 
-The description is four int64 words: ``CODE`` packs the collective, its variant, the op, the
+The description is four values: ``CODE`` packs the collective, its variant, the op, the
 dtype, which tensors are on the heap, the source rank and the input's memory layout (the order of
 its dims in memory: 0 for row-major, so a channels_last tensor on one rank and a contiguous one on
 another differ); ``NUMEL`` is the element count of the
 input; ``OFF_A`` / ``OFF_B`` are the heap offsets of the buffers that peers read or write (the
-user's heap tensors or the collective's staging), -1 where there is none. Launch shapes (block
+user's heap tensors or the collective's staging), -1 where there is none. They travel as
+``DESC_SLOTS`` int64 words (CODE split into its low 30 bits and the rest), each ``payload <<
+TAG_BITS | epoch % 2**TAG_BITS``; a rank is never more than one call ahead of a peer, so a word
+two epochs old has another tag. A rank that arrived in the instant of a peer's deadline may have
+raised its flag before its words landed; the peer then compares words without this epoch's tag
+and reports a mismatch, never a silent agreement. Launch shapes (block
 size, programs, warps, backend) are not part of it: each rank's tiling is its own business, and
 ranks that pick different ones still move the same bytes.
 """
@@ -62,9 +72,14 @@ from iris.heap import context as abi
 
 from .errors import CollectiveAbandonedError, CollectiveMismatchError, CollectiveTimeoutError
 
-__all__ = ["KINDS", "VARIANTS", "REDUCE_OPS", "OPS", "DESC_WORDS", "describe", "decode", "translate_error"]
+__all__ = ["KINDS", "VARIANTS", "REDUCE_OPS", "OPS", "DESC_WORDS", "DESC_SLOTS", "TAG_BITS", "describe", "decode",
+           "translate_error"]  # fmt: skip
 
 DESC_WORDS = 4
+#: The words a description is published as: CODE's low 30 bits and its high bits, NUMEL, OFF_A,
+#: OFF_B, each shifted up by TAG_BITS to carry the epoch's low bits (every payload fits in 55 bits).
+DESC_SLOTS = 5
+TAG_BITS = 8
 FIELDS = ("code", "numel", "offset a", "offset b")
 
 KINDS = {"all_reduce": 1, "all_gather": 2, "reduce_scatter": 3, "all_to_all": 4, "broadcast": 5, "barrier": 6}

@@ -38,9 +38,10 @@ class Workspace:
       collective, written by rank r into every rank's copy; a negative value ``-e`` is the mark
       of this rank giving up on rank r at epoch e (``iris.ccl.protocol``).
     - ``abandon[r]``: the epoch at which rank r gave up (0: never, since the last reset).
-    - ``desc[(epoch % 2) * 4 * FLAGS + r * 4 ...]``: rank r's description of its call at an epoch
-      of that parity (two sets: after a barrier, which has no exit, a rank may publish the next
-      call while a peer still compares this one's).
+    - ``desc[(epoch % 2) * DESC_SLOTS * FLAGS + k * FLAGS + r]``: word k of rank r's description
+      of its call at an epoch of that parity, tagged with the epoch's low bits
+      (``iris.ccl.protocol``; two sets: after a barrier, which has no exit, a rank may publish the
+      next call while a peer still compares this one's).
     - ``state`` (this rank's kernels only): ``[0]`` the programs of the running launch that
       have finished, ``[1]`` the epoch of the last collective this rank completed. On the
       device, so launches replayed from a CUDA graph count as new collectives.
@@ -60,11 +61,11 @@ class Workspace:
         #: release or acquire costs several times a gpu-scope one on an H200 (BENCHMARKS.md).
         self.scope = "gpu" if heap.device.type == "cuda" and heap.ranks_per_device == w else "sys"
         f = self.flags
-        words = (3 + 2 * protocol.DESC_WORDS) * f + 4
+        words = (3 + 2 * protocol.DESC_SLOTS) * f + 4
         self.sync = heap.reserve(SYNC, words * 8).view(torch.int64)
         self.entry, self.exit, self.abandon = self.sync[:f], self.sync[f : 2 * f], self.sync[2 * f : 3 * f]
-        self.desc = self.sync[3 * f : (3 + 2 * protocol.DESC_WORDS) * f]
-        self.state = self.sync[(3 + 2 * protocol.DESC_WORDS) * f :]
+        self.desc = self.sync[3 * f : (3 + 2 * protocol.DESC_SLOTS) * f]
+        self.state = self.sync[(3 + 2 * protocol.DESC_SLOTS) * f :]
         self.launched = 0
         self.history: collections.deque = collections.deque(maxlen=64)  # (host epoch, collective)
         self.broken: str | None = None  # set when a host failure interrupted a launch

@@ -188,7 +188,8 @@ def _host_seconds(fn, calls: int, device, agree) -> float:
 
 def _graph_seconds(fn, calls: int, device, agree) -> float:
     """Device seconds per call of ``fn`` replayed from a CUDA graph of ``calls`` calls (every rank
-    captures and replays the same graph)."""
+    captures the same graph; its replays are timed as queued launches with the ranks lined up, so
+    the ranks' different start times stay out of the figure)."""
     side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(side):
@@ -198,18 +199,8 @@ def _graph_seconds(fn, calls: int, device, agree) -> float:
     with torch.cuda.graph(graph):
         for _ in range(calls):
             fn()
-    graph.replay()  # untimed: lines the ranks' streams up
-    torch.cuda.synchronize(device)
-    samples = []
-    for _ in range(5):
-        agree(0.0)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) * 1e-3 / calls)
-    return agree(sorted(samples)[len(samples) // 2])
+    replay = timing.time_launches(graph.replay, reps=1, iters=5, warmup=1, device=device, agree=agree)
+    return agree(replay) / calls  # the slowest rank's
 
 
 def _result(coll, x, out, part, n):

@@ -205,56 +205,26 @@ def broadcast_kernel(x, context_ptr, N: gl.constexpr, L: gl.constexpr, FREE: gl.
 
 
 @gluon.jit
-def _atomic(
-    ctx, rank, bases, ptr, val, t, mask, OP: gl.constexpr, FREE: gl.constexpr, SEM: gl.constexpr, SCOPE: gl.constexpr
-):
-    """One atomic read-modify-write of rank t's copy of ptr (atomic_cas: ``val`` is (cmp, new))."""
+def _atomic(ctx, rank, bases, ptr, val, t, mask, FN: gl.constexpr, OP: gl.constexpr, FREE: gl.constexpr,
+            SEM: gl.constexpr, SCOPE: gl.constexpr):  # fmt: skip
+    """One atomic read-modify-write of rank t's copy of ptr by ``FN`` (``atomic_api``: the free
+    function, or the Context method called with ``ctx``); atomic_cas: ``val`` is (cmp, new)."""
     if OP == "cas":
         cmp, new = val
         if FREE:
-            old = img.atomic_cas(ptr, cmp, new, rank, t, bases, SEM, SCOPE)
+            old = FN(ptr, cmp, new, rank, t, bases, SEM, SCOPE)
         else:
-            old = ctx.atomic_cas(ptr, cmp, new, t, sem=SEM, scope=SCOPE)
+            old = FN(ctx, ptr, cmp, new, t, SEM, SCOPE)
     elif FREE:
-        if OP == "add":
-            old = img.atomic_add(ptr, val, rank, t, bases, mask, SEM, SCOPE)
-        elif OP == "sub":
-            old = img.atomic_sub(ptr, val, rank, t, bases, mask, SEM, SCOPE)
-        elif OP == "xchg":
-            old = img.atomic_xchg(ptr, val, rank, t, bases, mask, SEM, SCOPE)
-        elif OP == "and":
-            old = img.atomic_and(ptr, val, rank, t, bases, mask, SEM, SCOPE)
-        elif OP == "or":
-            old = img.atomic_or(ptr, val, rank, t, bases, mask, SEM, SCOPE)
-        elif OP == "xor":
-            old = img.atomic_xor(ptr, val, rank, t, bases, mask, SEM, SCOPE)
-        elif OP == "min":
-            old = img.atomic_min(ptr, val, rank, t, bases, mask, SEM, SCOPE)
-        else:
-            old = img.atomic_max(ptr, val, rank, t, bases, mask, SEM, SCOPE)
+        old = FN(ptr, val, rank, t, bases, mask, SEM, SCOPE)
     else:
-        if OP == "add":
-            old = ctx.atomic_add(ptr, val, t, mask=mask, sem=SEM, scope=SCOPE)
-        elif OP == "sub":
-            old = ctx.atomic_sub(ptr, val, t, mask=mask, sem=SEM, scope=SCOPE)
-        elif OP == "xchg":
-            old = ctx.atomic_xchg(ptr, val, t, mask=mask, sem=SEM, scope=SCOPE)
-        elif OP == "and":
-            old = ctx.atomic_and(ptr, val, t, mask=mask, sem=SEM, scope=SCOPE)
-        elif OP == "or":
-            old = ctx.atomic_or(ptr, val, t, mask=mask, sem=SEM, scope=SCOPE)
-        elif OP == "xor":
-            old = ctx.atomic_xor(ptr, val, t, mask=mask, sem=SEM, scope=SCOPE)
-        elif OP == "min":
-            old = ctx.atomic_min(ptr, val, t, mask=mask, sem=SEM, scope=SCOPE)
-        else:
-            old = ctx.atomic_max(ptr, val, t, mask=mask, sem=SEM, scope=SCOPE)
+        old = FN(ctx, ptr, val, t, mask, SEM, SCOPE)
     return old
 
 
 @img.interpret()
 @gluon.jit
-def atomic_kernel(buf, vals, shared_olds, private_olds, context_ptr, init, OP: gl.constexpr, LANES: gl.constexpr,
+def atomic_kernel(buf, vals, shared_olds, private_olds, context_ptr, init, FN: gl.constexpr, OP: gl.constexpr, LANES: gl.constexpr,
                   L: gl.constexpr, REPS: gl.constexpr, FREE: gl.constexpr, SEM: gl.constexpr = None,
                   SCOPE: gl.constexpr = None):  # fmt: skip
     """On every rank t: every lane of every program applies OP with vals[rank, lane] to t's buf[0]
@@ -275,17 +245,17 @@ def atomic_kernel(buf, vals, shared_olds, private_olds, context_ptr, init, OP: g
     for t in range(world_size):
         for rep in range(REPS):
             if OP == "cas":
-                old = _atomic(ctx, rank, bases, shared, (initial, val), t, None, OP, FREE, SEM, SCOPE)
+                old = _atomic(ctx, rank, bases, shared, (initial, val), t, None, FN, OP, FREE, SEM, SCOPE)
             else:
-                old = _atomic(ctx, rank, bases, shared, val, t, None, OP, FREE, SEM, SCOPE)
+                old = _atomic(ctx, rank, bases, shared, val, t, None, FN, OP, FREE, SEM, SCOPE)
             gl.store(shared_olds + ((t * gl.num_programs(0) + pid) * REPS + rep) * LANES + lane, old)
         if OP == "cas":
             cmp = gl.where(lane == 0, initial, initial + 1)
             if pid == 0:
-                old = _atomic(ctx, rank, bases, private, (cmp, val), t, None, OP, FREE, SEM, SCOPE)
+                old = _atomic(ctx, rank, bases, private, (cmp, val), t, None, FN, OP, FREE, SEM, SCOPE)
                 gl.store(private_olds + t + lane * 0, old, mask=lane == 0)
         else:
-            old = _atomic(ctx, rank, bases, private, val, t, first, OP, FREE, SEM, SCOPE)
+            old = _atomic(ctx, rank, bases, private, val, t, first, FN, OP, FREE, SEM, SCOPE)
             gl.store(private_olds + t + lane * 0, old, mask=first)
 
 
@@ -533,6 +503,12 @@ N = 64  # the RMA tests' block
 LANES = 16  # the atomic tests' block
 
 
+def atomic_api(op: str, free: bool):
+    """What ``atomic_kernel``'s ``FN`` applies for ``op``: ``img.atomic_<op>`` (``free``) or the
+    ``Context`` method of that name (called with the context as its first argument)."""
+    return getattr(img if free else Context, f"atomic_{op}")
+
+
 def _atomic_dtypes(op):
     ints = ("i32", "u32", "i64", "u64")
     if op in ("and", "or", "xor"):
@@ -613,9 +589,18 @@ def compile_cases(target):
     def atomic(op, dt, free, sem=None, scope=None):
         init = "fp32" if dt.startswith(("fp", "bf")) else "i64" if dt.endswith("64") else "i32"
         sig = {"buf": f"*{dt}", "vals": f"*{dt}", "shared_olds": f"*{dt}", "private_olds": f"*{dt}", **ctx, "init": init,
-               "OP": "constexpr", "LANES": "constexpr", "L": "constexpr", "REPS": "constexpr", "FREE": "constexpr",
+               "FN": "constexpr", "OP": "constexpr", "LANES": "constexpr", "L": "constexpr", "REPS": "constexpr", "FREE": "constexpr",
                "SEM": "constexpr", "SCOPE": "constexpr"}  # fmt: skip
-        consts = {"OP": op, "LANES": LANES, "L": LL, "REPS": 2, "FREE": free, "SEM": sem, "SCOPE": scope}
+        consts = {
+            "FN": atomic_api(op, free),
+            "OP": op,
+            "LANES": LANES,
+            "L": LL,
+            "REPS": 2,
+            "FREE": free,
+            "SEM": sem,
+            "SCOPE": scope,
+        }
         return (f"atomic[{op},{dt},free={free},sem={sem},scope={scope}]", atomic_kernel, sig, consts)
 
     k = 0

@@ -182,56 +182,26 @@ def broadcast_kernel(x, context_ptr, N: tl.constexpr, FREE: tl.constexpr, CAS: t
 
 
 @triton.jit
-def _atomic(
-    ctx, rank, bases, ptr, val, t, mask, OP: tl.constexpr, FREE: tl.constexpr, SEM: tl.constexpr, SCOPE: tl.constexpr
-):
-    """One atomic read-modify-write of rank t's copy of ptr (atomic_cas: ``val`` is (cmp, new))."""
+def _atomic(ctx, rank, bases, ptr, val, t, mask, FN: tl.constexpr, OP: tl.constexpr, FREE: tl.constexpr,
+            SEM: tl.constexpr, SCOPE: tl.constexpr):  # fmt: skip
+    """One atomic read-modify-write of rank t's copy of ptr by ``FN`` (``atomic_api``: the free
+    function, or the Context method called with ``ctx``); atomic_cas: ``val`` is (cmp, new)."""
     if OP == "cas":
         cmp, new = val
         if FREE:
-            old = imt.atomic_cas(ptr, cmp, new, rank, t, bases, SEM, SCOPE)
+            old = FN(ptr, cmp, new, rank, t, bases, SEM, SCOPE)
         else:
-            old = ctx.atomic_cas(ptr, cmp, new, t, sem=SEM, scope=SCOPE)
+            old = FN(ctx, ptr, cmp, new, t, SEM, SCOPE)
     elif FREE:
-        if OP == "add":
-            old = imt.atomic_add(ptr, val, rank, t, bases, mask, SEM, SCOPE)
-        elif OP == "sub":
-            old = imt.atomic_sub(ptr, val, rank, t, bases, mask, SEM, SCOPE)
-        elif OP == "xchg":
-            old = imt.atomic_xchg(ptr, val, rank, t, bases, mask, SEM, SCOPE)
-        elif OP == "and":
-            old = imt.atomic_and(ptr, val, rank, t, bases, mask, SEM, SCOPE)
-        elif OP == "or":
-            old = imt.atomic_or(ptr, val, rank, t, bases, mask, SEM, SCOPE)
-        elif OP == "xor":
-            old = imt.atomic_xor(ptr, val, rank, t, bases, mask, SEM, SCOPE)
-        elif OP == "min":
-            old = imt.atomic_min(ptr, val, rank, t, bases, mask, SEM, SCOPE)
-        else:
-            old = imt.atomic_max(ptr, val, rank, t, bases, mask, SEM, SCOPE)
+        old = FN(ptr, val, rank, t, bases, mask, SEM, SCOPE)
     else:
-        if OP == "add":
-            old = ctx.atomic_add(ptr, val, t, mask=mask, sem=SEM, scope=SCOPE)
-        elif OP == "sub":
-            old = ctx.atomic_sub(ptr, val, t, mask=mask, sem=SEM, scope=SCOPE)
-        elif OP == "xchg":
-            old = ctx.atomic_xchg(ptr, val, t, mask=mask, sem=SEM, scope=SCOPE)
-        elif OP == "and":
-            old = ctx.atomic_and(ptr, val, t, mask=mask, sem=SEM, scope=SCOPE)
-        elif OP == "or":
-            old = ctx.atomic_or(ptr, val, t, mask=mask, sem=SEM, scope=SCOPE)
-        elif OP == "xor":
-            old = ctx.atomic_xor(ptr, val, t, mask=mask, sem=SEM, scope=SCOPE)
-        elif OP == "min":
-            old = ctx.atomic_min(ptr, val, t, mask=mask, sem=SEM, scope=SCOPE)
-        else:
-            old = ctx.atomic_max(ptr, val, t, mask=mask, sem=SEM, scope=SCOPE)
+        old = FN(ctx, ptr, val, t, mask, SEM, SCOPE)
     return old
 
 
 @imt.interpret()
 @triton.jit
-def atomic_kernel(buf, vals, shared_olds, private_olds, context_ptr, init, OP: tl.constexpr, LANES: tl.constexpr,
+def atomic_kernel(buf, vals, shared_olds, private_olds, context_ptr, init, FN: tl.constexpr, OP: tl.constexpr, LANES: tl.constexpr,
                   REPS: tl.constexpr, FREE: tl.constexpr, SEM: tl.constexpr = None, SCOPE: tl.constexpr = None):  # fmt: skip
     """On every rank t: every lane of every program applies OP with vals[rank, lane] to t's buf[0]
     (REPS times; old values to shared_olds[t, pid, rep, lane]), and program 0's lane 0 applies it
@@ -251,17 +221,17 @@ def atomic_kernel(buf, vals, shared_olds, private_olds, context_ptr, init, OP: t
     for t in range(world_size):
         for rep in range(REPS):
             if OP == "cas":
-                old = _atomic(ctx, rank, bases, shared, (initial, val), t, None, OP, FREE, SEM, SCOPE)
+                old = _atomic(ctx, rank, bases, shared, (initial, val), t, None, FN, OP, FREE, SEM, SCOPE)
             else:
-                old = _atomic(ctx, rank, bases, shared, val, t, None, OP, FREE, SEM, SCOPE)
+                old = _atomic(ctx, rank, bases, shared, val, t, None, FN, OP, FREE, SEM, SCOPE)
             tl.store(shared_olds + ((t * tl.num_programs(0) + pid) * REPS + rep) * LANES + lane, old)
         if OP == "cas":
             cmp = tl.where(lane == 0, initial, initial + 1)
             if pid == 0:
-                old = _atomic(ctx, rank, bases, private, (cmp, val), t, None, OP, FREE, SEM, SCOPE)
+                old = _atomic(ctx, rank, bases, private, (cmp, val), t, None, FN, OP, FREE, SEM, SCOPE)
                 tl.store(private_olds + t + lane * 0, old, mask=lane == 0)
         else:
-            old = _atomic(ctx, rank, bases, private, val, t, first, OP, FREE, SEM, SCOPE)
+            old = _atomic(ctx, rank, bases, private, val, t, first, FN, OP, FREE, SEM, SCOPE)
             tl.store(private_olds + t + lane * 0, old, mask=first)
 
 
@@ -439,6 +409,12 @@ SCOPES = (None, "cta", "gpu", "sys")
 COMPARISONS = ("==", "!=", ">=", ">", "<=", "<")
 
 
+def atomic_api(op: str, free: bool):
+    """What ``atomic_kernel``'s ``FN`` applies for ``op``: ``imt.atomic_<op>`` (``free``) or the
+    ``Context`` method of that name (called with the context as its first argument)."""
+    return getattr(imt if free else Context, f"atomic_{op}")
+
+
 def _atomic_dtypes(op):
     ints = ("i32", "u32", "i64", "u64")
     if op in ("and", "or", "xor"):
@@ -507,8 +483,16 @@ def compile_cases(target):
     def atomic(op, dt, free, sem=None, scope=None):
         init = "fp32" if dt.startswith(("fp", "bf")) else "i64" if dt.endswith("64") else "i32"
         sig = {"buf": f"*{dt}", "vals": f"*{dt}", "shared_olds": f"*{dt}", "private_olds": f"*{dt}", **ctx, "init": init,
-               "OP": "constexpr", "LANES": "constexpr", "REPS": "constexpr", "FREE": "constexpr", "SEM": "constexpr", "SCOPE": "constexpr"}  # fmt: skip
-        consts = {"OP": op, "LANES": 16, "REPS": 2, "FREE": free, "SEM": sem, "SCOPE": scope}
+               "FN": "constexpr", "OP": "constexpr", "LANES": "constexpr", "REPS": "constexpr", "FREE": "constexpr", "SEM": "constexpr", "SCOPE": "constexpr"}  # fmt: skip
+        consts = {
+            "FN": atomic_api(op, free),
+            "OP": op,
+            "LANES": 16,
+            "REPS": 2,
+            "FREE": free,
+            "SEM": sem,
+            "SCOPE": scope,
+        }
         return (f"atomic[{op},{dt},free={free},sem={sem},scope={scope}]", atomic_kernel, sig, consts)
 
     for op in ATOMIC_OPS:

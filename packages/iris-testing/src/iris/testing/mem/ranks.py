@@ -261,7 +261,7 @@ def check_atomic(rank, world_size, backend, op, dtype_names, free, programs, rep
             kernel_init = -1  # all ones; the kernel converts it to the element type
         heap.barrier()
         K.atomic_kernel[(programs,)](buf, vals, shared_olds, private_olds, heap.context, kernel_init,
-                                     OP=op, LANES=LANES, REPS=reps, FREE=free, SEM=sem, SCOPE=scope,
+                                     FN=K.atomic_api(op, free), OP=op, LANES=LANES, REPS=reps, FREE=free, SEM=sem, SCOPE=scope,
                                      **K.launch_options(block=LANES))  # fmt: skip
         heap.barrier()
         what = f"atomic_{op} on {name} (sem={sem}, scope={scope}, free={free})"
@@ -605,8 +605,8 @@ def check_interpreter_atomic_errors(rank, world_size, backend, cases):
         vals = heap.zeros(world_size * LANES, dtype=dtype)
         olds = heap.zeros(world_size * LANES, dtype=dtype)
         try:
-            K.atomic_kernel[(1,)](buf, vals, olds, olds, heap.context, 0.0, OP=op, LANES=LANES, REPS=1, FREE=False,
-                                 **K.launch_options(block=LANES))  # fmt: skip
+            K.atomic_kernel[(1,)](buf, vals, olds, olds, heap.context, 0.0, FN=K.atomic_api(op, False), OP=op,
+                                 LANES=LANES, REPS=1, FREE=False, **K.launch_options(block=LANES))  # fmt: skip
         except Exception as e:  # the interpreter wraps it: check the message
             text = str(e)
             tl_name = {"fp16": "fp16", "bf16": "bf16", "fp32": "fp32", "fp64": "fp64"}[name]

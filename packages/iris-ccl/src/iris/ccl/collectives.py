@@ -55,15 +55,18 @@ def _reduce_flags(op_code: int, world_size: int, dtype: torch.dtype) -> dict:
             "IS_FLOAT": dtype.is_floating_point}  # fmt: skip
 
 
-def _start(name: str, heap, config, extras: tuple, tensors: tuple):
+def _start(name: str, heap, config, extras: tuple, tensors: tuple, check=None):
     """``(heap, key, layout)`` of a call, or None when an identical call ran before and its plan was
     just launched again (``iris.ccl.plans``: no check runs twice). ``layout``: the tensors' memory
-    order (one tensor's, or the pair's, which must agree)."""
+    order (one tensor's, or the pair's, which must agree). ``check(*tensors, world_size)``: the
+    collective's own shape checks, after the tensors' common ones."""
     heap = check_heap(heap)
     key = plans.call_key(heap, name, config, extras, tensors)
     if plans.replay(heap, key, tensors):
         return None
     layout = check_tensor(tensors[0], "tensor", heap) if len(tensors) == 1 else check_pair(*tensors, heap)
+    if check is not None:
+        check(*tensors, heap.world_size)
     return heap, key, layout
 
 
@@ -76,8 +79,7 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", *, heap=None, config: Conf
     all-gather by reads: only remote reads), ``auto`` (by world size and size: ``AUTO_VARIANTS``).
     Asynchronous: returns once the work is queued (``Config(blocking=True)`` waits).
     """
-    started = _start("all_reduce", heap, config, (op,), (tensor,))
-    if started is None:
+    if (started := _start("all_reduce", heap, config, (op,), (tensor,))) is None:
         return tensor
     heap, key, layout = started
     code = check_op(op, tensor.dtype)
@@ -128,14 +130,11 @@ def all_gather(out: torch.Tensor, inp: torch.Tensor, *, heap=None, config: Confi
     into every rank's ``out``; otherwise ``inp`` is staged on the heap (unless it is there) and
     every rank reads every rank's input into its own ``out``.
     """
-    started = _start("all_gather", heap, config, (), (out, inp))
-    if started is None:
+    if (started := _start("all_gather", heap, config, (), (out, inp), check_all_gather)) is None:
         return out
     heap, key, layout = started
-    w = heap.world_size
-    check_all_gather(out, inp, w)
     with Call(heap, config, "all_gather", key, (out, inp)) as run:  # keeps the call's plan if it completes
-        n = inp.numel()
+        n, w = inp.numel(), heap.world_size
         if run.empty(n):
             return out
         if heap.is_symmetric(out):  # push: read the input once, store it into every rank's out
@@ -158,15 +157,12 @@ def reduce_scatter(
     out: torch.Tensor, inp: torch.Tensor, op: str = "sum", *, heap=None, config: Config | None = None
 ) -> torch.Tensor:
     """``out`` = ``op`` over ranks of chunk ``rank`` of ``inp`` (``inp`` is W equal chunks along dim 0)."""
-    started = _start("reduce_scatter", heap, config, (op,), (out, inp))
-    if started is None:
+    if (started := _start("reduce_scatter", heap, config, (op,), (out, inp), check_reduce_scatter)) is None:
         return out
     heap, key, layout = started
     code = check_op(op, inp.dtype)
-    w = heap.world_size
-    check_reduce_scatter(out, inp, w)
     with Call(heap, config, "reduce_scatter", key, (out, inp)) as run:  # keeps the call's plan if it completes
-        chunk = out.numel()
+        chunk, w = out.numel(), heap.world_size
         if run.empty(chunk):
             return out
         data = flat(inp)
@@ -179,13 +175,11 @@ def reduce_scatter(
 
 def all_to_all(out: torch.Tensor, inp: torch.Tensor, *, heap=None, config: Config | None = None) -> torch.Tensor:
     """Chunk j of ``inp`` goes to rank j; chunk i of ``out`` came from rank i (W equal chunks along dim 0)."""
-    started = _start("all_to_all", heap, config, (), (out, inp))
-    if started is None:
+    if (started := _start("all_to_all", heap, config, (), (out, inp), check_all_to_all)) is None:
         return out
     heap, key, layout = started
-    w = heap.world_size
-    check_all_to_all(out, inp, w)
     with Call(heap, config, "all_to_all", key, (out, inp)) as run:  # keeps the call's plan if it completes
+        w = heap.world_size
         if run.empty(inp.numel()):
             return out
         data = flat(inp)
@@ -201,8 +195,7 @@ def all_to_all(out: torch.Tensor, inp: torch.Tensor, *, heap=None, config: Confi
 
 def broadcast(tensor: torch.Tensor, src: int, *, heap=None, config: Config | None = None) -> torch.Tensor:
     """In place: every rank's ``tensor`` becomes rank ``src``'s."""
-    started = _start("broadcast", heap, config, (src, type(src)), (tensor,))
-    if started is None:
+    if (started := _start("broadcast", heap, config, (src, type(src)), (tensor,))) is None:
         return tensor
     heap, key, layout = started
     check_src(src, heap.world_size)

@@ -29,13 +29,17 @@ Each launch of a collective's kernel goes through the same steps on the device (
 
 The flags' atomics run at gpu scope when every rank shares one device (``Workspace.scope``), else
 at sys scope. Everything a wait polls (flags and descriptions) is read with atomics, whose result
-Triton shares among a program's threads: a per-thread load of a word that a peer may be writing
+Triton shares among a program's threads (Triton 3.6's PTX for a lane held by several threads: the
+one thread that runs the ``atom`` stores its result to shared memory, and after a barrier every
+thread holding that lane reads it there): a per-thread load of a word that a peer may be writing
 can give the warps of one program different values, and so different branches around a barrier
 (BENCHMARKS.md, session 19: such a variant hung multi-program launches). Publishing the
 description in the flag's own exchange and reading it in the flag's own poll saves the separate
 stores, the fence before the flag and the loads after it (BENCHMARKS.md, session 20). (The
 device clock and this rank's health word are still read per thread; at the very deadline the
-warps of a multi-warp program could disagree. Not seen; a known gap.)
+warps of a multi-warp program could disagree. Not seen; a known gap. A fix: take each through a
+reduction over a tensor with at least one element per thread and no replicas, whose result every
+thread reads back from shared memory.)
 
 Every failure is reported without a host synchronization (the heap's error record) and leaves
 the rank poisoned until ``iris.ccl.reset()`` has run on every rank. Validation that can fail on

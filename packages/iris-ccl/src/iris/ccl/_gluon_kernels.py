@@ -103,21 +103,11 @@ def _index(FLAGS: gl.constexpr):
 
 
 @gluon.jit
-def _lanes(ctx, FLAGS: gl.constexpr):
-    """One lane per rank, FLAGS (a power of two >= the world size) of them: lanes past the world
-    repeat the last rank (an exchange of the same value, or a second look at the same flag)."""
-    return gl.minimum(_index(FLAGS), ctx.world_size - 1)
-
-
-@gluon.jit
-def _real(ctx, FLAGS: gl.constexpr):
-    """The lanes that stand for a rank of their own (not a repeat of the last one)."""
-    return _index(FLAGS) < ctx.world_size
-
-
-@gluon.jit
 def _groups(ctx, GROUPS: gl.constexpr, FLAGS: gl.constexpr):
-    """``GROUPS`` groups of FLAGS lanes: (lane index, group, rank, whether the rank is real)."""
+    """``GROUPS`` groups of FLAGS lanes (FLAGS: a power of two >= the world size), one lane per
+    rank in each: (lane index, group, rank, whether the lane stands for a rank of its own). Lanes
+    past the world repeat the last rank (an exchange of the same value, or a second look at the
+    same flag)."""
     i = _index(GROUPS * FLAGS)
     return i, i // FLAGS, gl.minimum(i % FLAGS, ctx.world_size - 1), (i % FLAGS) < ctx.world_size
 
@@ -183,7 +173,7 @@ def _arrive(ctx, flags, sync, epoch, code, numel, off_a, off_b, FLAGS: gl.conste
 @gluon.jit
 def _give_up(ctx, sync, epoch, FLAGS: gl.constexpr, SCOPE: gl.constexpr):
     """Tell every rank that this rank stopped this collective (its ``abandon`` flag)."""
-    r = _lanes(ctx, FLAGS)
+    _, _, r, _ = _groups(ctx, 1, FLAGS)
     ctx.atomic_xchg(_abandon(sync, FLAGS) + ctx.rank + r * 0, epoch, r, sem="release", scope=SCOPE)
 
 
@@ -243,8 +233,8 @@ def _await(ctx, flags, sync, epoch, FLAGS: gl.constexpr, SCOPE: gl.constexpr, GR
 @gluon.jit
 def _abandoned(ctx, flags, sync, epoch, FLAGS: gl.constexpr, SCOPE: gl.constexpr):
     """Every rank arrived, but a peer gave up (its abandon flag): record it, naming that peer."""
-    r = _lanes(ctx, FLAGS)
-    gave = _real(ctx, FLAGS) & (_poll(ctx, _abandon(sync, FLAGS) + r, SCOPE) != 0)
+    _, _, r, real = _groups(ctx, 1, FLAGS)
+    gave = real & (_poll(ctx, _abandon(sync, FLAGS) + r, SCOPE) != 0)
     peer = _first(gave, r, FLAGS)
     mops.record_error(ctx.context_ptr, _ABANDONED, _offset(ctx, _abandon(sync, FLAGS) + peer), epoch, peer, -1)
 

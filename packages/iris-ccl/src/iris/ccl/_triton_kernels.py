@@ -85,21 +85,11 @@ def _state(sync, FLAGS: tl.constexpr):
 
 
 @triton.jit
-def _lanes(ctx, FLAGS: tl.constexpr):
-    """One lane per rank, FLAGS (a power of two >= the world size) of them: lanes past the world
-    repeat the last rank (an exchange of the same value, or a second look at the same flag)."""
-    return tl.minimum(tl.arange(0, FLAGS), ctx.world_size - 1)
-
-
-@triton.jit
-def _real(ctx, FLAGS: tl.constexpr):
-    """The lanes that stand for a rank of their own (not a repeat of the last one)."""
-    return tl.arange(0, FLAGS) < ctx.world_size
-
-
-@triton.jit
 def _groups(ctx, GROUPS: tl.constexpr, FLAGS: tl.constexpr):
-    """``GROUPS`` groups of FLAGS lanes: (lane index, group, rank, whether the rank is real)."""
+    """``GROUPS`` groups of FLAGS lanes (FLAGS: a power of two >= the world size), one lane per
+    rank in each: (lane index, group, rank, whether the lane stands for a rank of its own). Lanes
+    past the world repeat the last rank (an exchange of the same value, or a second look at the
+    same flag)."""
     i = tl.arange(0, GROUPS * FLAGS)
     return i, i // FLAGS, tl.minimum(i % FLAGS, ctx.world_size - 1), (i % FLAGS) < ctx.world_size
 
@@ -168,7 +158,7 @@ def _arrive(ctx, flags, sync, epoch, code, numel, off_a, off_b, FLAGS: tl.conste
 @triton.jit
 def _give_up(ctx, sync, epoch, FLAGS: tl.constexpr, SCOPE: tl.constexpr):
     """Tell every rank that this rank stopped this collective (its ``abandon`` flag)."""
-    r = _lanes(ctx, FLAGS)
+    _, _, r, _ = _groups(ctx, 1, FLAGS)
     ctx.atomic_xchg(_abandon(sync, FLAGS) + ctx.rank + r * 0, epoch, r, sem="release", scope=SCOPE)
 
 
@@ -243,8 +233,8 @@ def _await(ctx, flags, sync, epoch, FLAGS: tl.constexpr, SCOPE: tl.constexpr, GR
 @triton.jit
 def _abandoned(ctx, flags, sync, epoch, FLAGS: tl.constexpr, SCOPE: tl.constexpr):
     """Every rank arrived, but a peer gave up (its abandon flag): record it, naming that peer."""
-    r = _lanes(ctx, FLAGS)
-    gave = _real(ctx, FLAGS) & (tl.atomic_add(_abandon(sync, FLAGS) + r, 0, sem="acquire", scope=SCOPE) != 0)
+    _, _, r, real = _groups(ctx, 1, FLAGS)
+    gave = real & (tl.atomic_add(_abandon(sync, FLAGS) + r, 0, sem="acquire", scope=SCOPE) != 0)
     peer = _first(gave, r, FLAGS)
     mops.record_error(ctx.context_ptr, _ABANDONED, _offset(ctx, _abandon(sync, FLAGS) + peer), epoch, peer, -1)
 

@@ -368,6 +368,18 @@ def wait_block_kernel(flags, value, result, context_ptr, LANES: gl.constexpr, L:
     gl.store(result, ok.to(gl.int32))
 
 
+@img.interpret()
+@gluon.jit
+def wait_each_kernel(flag, value, results, context_ptr, FREE: gl.constexpr):
+    """results[program] = wait(flag == value) as 0/1: many programs (and warps) give up at once."""
+    ctx = Context.initialize(context_ptr)
+    if FREE:
+        ok = img.wait(flag, value, context_ptr)
+    else:
+        ok = ctx.wait(flag, value)
+    gl.store(results + gl.program_id(0), ok.to(gl.int32))
+
+
 # -- the device clock and device errors ------------------------------------------------------------
 
 
@@ -391,27 +403,33 @@ def clock_kernel(out, context_ptr, FREE: gl.constexpr):
 def record_error_kernel(flag, out, context_ptr, code, detail, FREE: gl.constexpr):
     """A wait for flag == 1, then two record_error calls (details detail and detail + 1, aux the
     clock's ns since the wait began): out = [wait held, healthy before, first won, second won,
-    healthy after]."""
+    healthy after, elapsed_ns before the first (>= 0), elapsed_ns after it (-1)]."""
     ctx = Context.initialize(context_ptr)
     if FREE:
         start = img.clock_ns()
         held = img.wait(flag, 1, context_ptr)
         before = img.healthy(context_ptr)
+        running = img.elapsed_ns(context_ptr, start)
         first = img.record_error(context_ptr, code, detail, 11, ctx.rank, img.clock_ns() - start)
         second = img.record_error(context_ptr, code, detail + 1, 21, ctx.rank, img.clock_ns() - start)
         after = img.healthy(context_ptr)
+        stopped = img.elapsed_ns(context_ptr, start)
     else:
         start = ctx.clock_ns()
         held = ctx.wait(flag, 1)
         before = ctx.healthy()
+        running = ctx.elapsed_ns(start)
         first = ctx.record_error(code, detail, 11, ctx.rank, ctx.clock_ns() - start)
         second = ctx.record_error(code, detail + 1, 21, ctx.rank, ctx.clock_ns() - start)
         after = ctx.healthy()
+        stopped = ctx.elapsed_ns(start)
     gl.store(out, held.to(gl.int32))
     gl.store(out + 1, before.to(gl.int32))
     gl.store(out + 2, first.to(gl.int32))
     gl.store(out + 3, second.to(gl.int32))
     gl.store(out + 4, after.to(gl.int32))
+    gl.store(out + 5, running.to(gl.int32))
+    gl.store(out + 6, stopped.to(gl.int32))
 
 
 @img.interpret()
@@ -580,6 +598,8 @@ def compile_cases(target):
         cases.append((f"wait_block[free={free}]", wait_block_kernel,
                       {"flags": "*i32", "value": "i32", "result": "*i32", **ctx, "LANES": "constexpr", "L": "constexpr",
                        "FREE": "constexpr"}, {"LANES": 4, "L": layout(4, target), "FREE": free}))  # fmt: skip
+        cases.append((f"wait_each[free={free}]", wait_each_kernel,
+                      {"flag": "*i32", "value": "i32", "results": "*i32", **ctx, "FREE": "constexpr"}, {"FREE": free}))
     cases.append(("wait[default]", wait_default_kernel, {"flag": "*i32", "value": "i32", "result": "*i32", **ctx}, {}))
     cases += clock_cases()
     cases.append(("closed_store", closed_store_kernel, {"x": "*i32", **ctx, "N": "constexpr", "L": "constexpr"},

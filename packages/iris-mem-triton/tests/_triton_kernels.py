@@ -343,6 +343,18 @@ def wait_block_kernel(flags, value, result, context_ptr, LANES: tl.constexpr, FR
     tl.store(result, ok.to(tl.int32))
 
 
+@imt.interpret()
+@triton.jit
+def wait_each_kernel(flag, value, results, context_ptr, FREE: tl.constexpr):
+    """results[program] = wait(flag == value) as 0/1: many programs (and warps) give up at once."""
+    ctx = Context.initialize(context_ptr)
+    if FREE:
+        ok = imt.wait(flag, value, context_ptr)
+    else:
+        ok = ctx.wait(flag, value)
+    tl.store(results + tl.program_id(0), ok.to(tl.int32))
+
+
 # -- the device clock and device errors ------------------------------------------------------------
 
 
@@ -366,27 +378,33 @@ def clock_kernel(out, context_ptr, FREE: tl.constexpr):
 def record_error_kernel(flag, out, context_ptr, code, detail, FREE: tl.constexpr):
     """A wait for flag == 1, then two record_error calls (details detail and detail + 1, aux the
     clock's ns since the wait began): out = [wait held, healthy before, first won, second won,
-    healthy after]."""
+    healthy after, elapsed_ns before the first (>= 0), elapsed_ns after it (-1)]."""
     ctx = Context.initialize(context_ptr)
     if FREE:
         start = imt.clock_ns()
         held = imt.wait(flag, 1, context_ptr)
         before = imt.healthy(context_ptr)
+        running = imt.elapsed_ns(context_ptr, start)
         first = imt.record_error(context_ptr, code, detail, 11, ctx.rank, imt.clock_ns() - start)
         second = imt.record_error(context_ptr, code, detail + 1, 21, ctx.rank, imt.clock_ns() - start)
         after = imt.healthy(context_ptr)
+        stopped = imt.elapsed_ns(context_ptr, start)
     else:
         start = ctx.clock_ns()
         held = ctx.wait(flag, 1)
         before = ctx.healthy()
+        running = ctx.elapsed_ns(start)
         first = ctx.record_error(code, detail, 11, ctx.rank, ctx.clock_ns() - start)
         second = ctx.record_error(code, detail + 1, 21, ctx.rank, ctx.clock_ns() - start)
         after = ctx.healthy()
+        stopped = ctx.elapsed_ns(start)
     tl.store(out, held.to(tl.int32))
     tl.store(out + 1, before.to(tl.int32))
     tl.store(out + 2, first.to(tl.int32))
     tl.store(out + 3, second.to(tl.int32))
     tl.store(out + 4, after.to(tl.int32))
+    tl.store(out + 5, running.to(tl.int32))
+    tl.store(out + 6, stopped.to(tl.int32))
 
 
 @imt.interpret()
@@ -474,6 +492,8 @@ def compile_cases(target):
         cases.append((f"wait_block[free={free}]", wait_block_kernel,
                       {"flags": "*i32", "value": "i32", "result": "*i32", **ctx, "LANES": "constexpr", "FREE": "constexpr"},
                       {"LANES": 4, "FREE": free}))  # fmt: skip
+        cases.append((f"wait_each[free={free}]", wait_each_kernel,
+                      {"flag": "*i32", "value": "i32", "results": "*i32", **ctx, "FREE": "constexpr"}, {"FREE": free}))
     cases.append(("wait[default]", wait_default_kernel, {"flag": "*i32", "value": "i32", "result": "*i32", **ctx}, {}))
     cases += clock_cases()
     cases.append(("closed_store", closed_store_kernel, {"x": "*i32", **ctx, "N": "constexpr"}, {"N": 64}))

@@ -62,6 +62,7 @@ from .ops import (  # noqa: E402
     translate,
     wait,
     wait_timeout_ns,
+    elapsed_ns,
 )
 from .tracing import Tracing, device_clock  # noqa: E402
 
@@ -105,5 +106,6 @@ __all__ = [
     "translate",
     "wait",
     "wait_timeout_ns",
+    "elapsed_ns",
     "warp_size",
 ]

@@ -147,6 +147,11 @@ class Context:
         return ops.wait_timeout_ns(self.context_ptr)
 
     @gluon.jit
+    def elapsed_ns(self, start):
+        """Nanoseconds since ``start``, or -1 once an error is recorded, the same on every thread (see ``ops.elapsed_ns``)."""
+        return ops.elapsed_ns(self.context_ptr, start)
+
+    @gluon.jit
     def record_error(self, code, detail, value, peer, aux):
         """Record a device error unless one is recorded; whether this call won (see ``ops.record_error``)."""
         return ops.record_error(self.context_ptr, code, detail, value, peer, aux)

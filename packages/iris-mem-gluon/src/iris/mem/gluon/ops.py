@@ -46,6 +46,7 @@ __all__ = [
     "wait",
     "clock_ns",
     "wait_timeout_ns",
+    "elapsed_ns",
     "record_error",
     "healthy",
     "barrier",
@@ -441,6 +442,40 @@ def wait_timeout_ns(context_ptr):
     return gl.load(_extensions(context_ptr) + _WAIT_TIMEOUT_NS)
 
 
+#: Lanes of the reduction that gives every thread of a program the same value: at least one per
+#: thread (1024 threads: 32 warps of 32, 16 of 64), in a layout that spreads them over every
+#: thread, so the reduction crosses the warps through shared memory, which every thread then reads.
+_EVERY_THREAD = gl.constexpr(1024)
+#: What a thread that saw an error contributes to ``elapsed_ns``'s reduction (no wait is this long).
+_ERRORED = gl.constexpr(2**62)
+
+
+def _every_thread_layout(_semantic=None):
+    """A 1-D layout over every thread of the program: the compile target's warp size and the
+    launch's warps, from the code generator's options (as ``_clock_ns`` reads its backend). CPU
+    ranks run the kernel as Python and drop layouts: any serves there."""
+    if _semantic is None or _cpu._state.launches:
+        return gl.constexpr(gl.BlockedLayout([1], [32], [1], [0]))
+    options = _semantic.builder.options
+    return gl.constexpr(gl.BlockedLayout([1], [options.warp_size], [options.num_warps], [0]))
+
+
+_every_thread_layout.__triton_builtin__ = True  # compiled: called with the code generator's _semantic
+
+
+@gluon.jit
+def _program_max(x):
+    """The largest ``x`` (a scalar) any thread of the program holds, the same on every thread.
+
+    A per-thread read (the clock, a volatile load) may differ between warps; a branch on it would
+    send them different ways, and warps that part meet each other's barriers (every reduction and
+    every polled atomic has them). Atomics need none of this: their result reaches every thread
+    through shared memory already (protocol notes in iris.ccl.protocol).
+    """
+    L: gl.constexpr = _every_thread_layout()
+    return gl.max(gl.zeros([_EVERY_THREAD], x.dtype, layout=L) + x, axis=0)
+
+
 @gluon.jit
 def _no_error(extensions):
     return gl.load(extensions + _ERROR_CODE, volatile=True) == 0
@@ -448,8 +483,24 @@ def _no_error(extensions):
 
 @gluon.jit
 def healthy(context_ptr):
-    """Whether no device error is recorded in the context (a volatile read of ``EXT_ERROR_CODE``)."""
-    return _no_error(_extensions(context_ptr))
+    """Whether no device error is recorded in the context, the same answer on every thread of the
+    program (each reads ``EXT_ERROR_CODE`` volatile; one that sees an error decides for all)."""
+    return _program_max((_no_error(_extensions(context_ptr)) == 0).to(gl.int32)) == 0
+
+
+@gluon.jit
+def elapsed_ns(context_ptr, start):
+    """Nanoseconds of ``clock_ns`` since ``start`` (a ``clock_ns()`` of this program), or -1 once
+    the context holds an error: the same answer on every thread of the program.
+
+    For bounded loops (``wait``'s, and layers' own that poll more than flags): a condition on it
+    keeps every warp on the same branch. Each thread reads the clock and the error word; one
+    reduction gives every thread the longest time any read (so a bound is never met sooner than
+    by a thread's own clock), or -1 when any saw an error.
+    """
+    waited = gl.where(_no_error(_extensions(context_ptr)), clock_ns() - start, _ERRORED)
+    agreed = _program_max(waited)
+    return gl.where(agreed >= _ERRORED, -1, agreed)
 
 
 @gluon.jit
@@ -549,18 +600,18 @@ def wait(flag_ptr, value, context_ptr, cmp: gl.constexpr = None):
     """
     op: gl.constexpr = _comparison(cmp)
     bound = wait_timeout_ns(context_ptr)
-    ext = _extensions(context_ptr)
-    ok = _no_error(ext)
     start = clock_ns()
+    waited = elapsed_ns(context_ptr, start)  # -1: the context holds an error
     seen = _poll(flag_ptr)
     done = _every(_holds(seen, value, op))
-    waited = start * 0
-    while ok & (done == 0) & (waited < bound):
+    # Every value the loop branches on is the same on every thread (polls are atomics; see
+    # elapsed_ns), so the program's warps leave it at the same poll.
+    while (waited >= 0) & (done == 0) & (waited < bound):
         # The clock before the poll: a wait that gives up saw the flags miss after the bound.
-        waited = clock_ns() - start
+        waited = elapsed_ns(context_ptr, start)
         seen = _poll(flag_ptr)
         done = _every(_holds(seen, value, op))
-        ok = _no_error(ext)
+    ok = waited >= 0
     if ok & (done == 0):
         base = gl.load(context_ptr + _BASES + gl.load(context_ptr + _RANK))
         offset, last = _first_missed(flag_ptr, seen, _holds(seen, value, op), base)

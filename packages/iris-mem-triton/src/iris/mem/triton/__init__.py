@@ -55,6 +55,7 @@ from .ops import (  # noqa: E402
     translate,
     wait,
     wait_timeout_ns,
+    elapsed_ns,
 )
 from .tracing import Tracing, device_clock  # noqa: E402
 
@@ -87,4 +88,5 @@ __all__ = [
     "translate",
     "wait",
     "wait_timeout_ns",
+    "elapsed_ns",
 ]

@@ -426,6 +426,29 @@ def check_wait_outcomes(rank, world_size, backend, free):
     assert (error.detail, error.value) == (heap.offset(flag), 7), f"{error}: want the flag's offset and 7"
 
 
+def check_many_warps_time_out_together(rank, world_size, backend, free):
+    """Programs of the most threads a program may have (1024) wait for a flag that never comes:
+    every one gives up (False) and one timeout is recorded, round after round. On a GPU the
+    deadline falls between the clock reads of a program's warps; a wait whose warps disagreed
+    about it would leave its loop at different polls and pair up wrong barriers."""
+    K, heap = backend.load(), _heap()
+    gpu = heap.device.type == "cuda"
+    heap.wait_timeout = 20e-6 if gpu else SHORT_WAIT
+    programs, rounds, warps = 2, 1, 4
+    if gpu:
+        props = torch.cuda.get_device_properties(heap.device)
+        programs, rounds, warps = 4 * props.multi_processor_count, 100, 1024 // getattr(props, "warp_size", 32)
+    flag = heap.zeros(1, dtype=torch.int32)
+    results = heap.zeros(programs, dtype=torch.int32)
+    for i in range(rounds):
+        results.fill_(7)
+        K.wait_each_kernel[(programs,)](flag, 1, results, heap.context, FREE=free, num_warps=warps)
+        _sync(heap)
+        assert results.tolist() == [0] * programs, f"round {i}: {results.tolist()}"
+        error = _timeout(heap, f"round {i} of {programs} programs of {warps} warps")
+        assert (error.detail, error.value) == (heap.offset(flag), 0), error
+
+
 def check_wait_on_a_block(rank, world_size, backend, free):
     """A block of flags: True once every flag holds; a timeout names the lowest flag that did not."""
     K, heap = backend.load(), _heap()
@@ -483,16 +506,17 @@ def check_wait_after_error(rank, world_size, backend, free):
 
 def check_first_error_wins(rank, world_size, backend, free):
     """record_error: the first call wins and fills the record, a second changes nothing; healthy()
-    says whether an error is recorded; once the host has raised it, kernels may record again."""
+    says whether an error is recorded, and elapsed_ns turns -1 with it; once the host has raised it, kernels may record again."""
     K, heap = backend.load(), _heap()
     flag = heap.full((1,), 1, dtype=torch.int32)
-    out = heap.zeros(5, dtype=torch.int32)
+    out = heap.zeros(7, dtype=torch.int32)
     code = iris.heap.context.ERROR_WAIT_TIMEOUT
     for detail in (heap.offset(flag), heap.offset(out)):  # twice: after the host's clear, again
         K.record_error_kernel[(1,)](flag, out, heap.context, code, detail, FREE=free)
         _sync(heap)
-        held, before, won_first, won_second, after = out.tolist()
-        assert (held, before, won_first, won_second, after) == (1, 1, 1, 0, 0), out.tolist()
+        held, before, won_first, won_second, after, running, stopped = out.tolist()
+        assert (held, before, won_first, won_second, after, stopped) == (1, 1, 1, 0, 0, -1), out.tolist()
+        assert running >= 0, out.tolist()  # elapsed_ns: time since the start while healthy, -1 after
         error = heap._record.read()
         assert (error.code, error.detail, error.value, error.peer) == (code, detail, 11, rank), error
         assert error.aux >= 0, error

@@ -161,6 +161,7 @@ class Conformance:
     test_wait_returns_whether_the_comparison_held_and_records_timeouts = _api_test(ranks.check_wait_outcomes)
     test_a_block_of_flags_waits_for_all_and_names_the_first_that_missed = _api_test(ranks.check_wait_on_a_block)
     test_wait_returns_false_at_once_when_an_error_is_already_recorded = _api_test(ranks.check_wait_after_error)
+    test_many_programs_of_many_warps_time_out_together = _api_test(ranks.check_many_warps_time_out_together)
     test_record_error_first_wins_and_healthy_reports_it = _api_test(ranks.check_first_error_wins)
     test_a_signal_that_never_comes_raises_on_the_waiting_rank = _api_test(ranks.check_wait_for_missing_signal, [2, 3])
 

@@ -200,14 +200,14 @@ def _await(ctx, flags, sync, epoch, FLAGS: tl.constexpr, SCOPE: tl.constexpr, GR
     if (done == 0) & (quit == 0):  # not there yet: wait, with the clock running
         timeout = mops.wait_timeout_ns(ctx.context_ptr)
         start = mops.clock_ns()
-        healthy = mops.healthy(ctx.context_ptr)
-        waited = mops.clock_ns() - start
-        while (done == 0) & healthy & (quit == 0) & (waited < timeout):
+        waited = mops.elapsed_ns(ctx.context_ptr, start)  # -1: this rank's context holds an error
+        # Every value the loop branches on is the same on every thread (the poll is an atomic,
+        # elapsed_ns agrees), so the program's warps leave it at the same poll.
+        while (done == 0) & (quit == 0) & (waited >= 0) & (waited < timeout):
             got = tl.atomic_add(ptrs, 0, sem="acquire", scope=SCOPE)
             done, quit = _look(got, epoch, g, real)
-            healthy = mops.healthy(ctx.context_ptr)
-            waited = mops.clock_ns() - start
-        if (done == 0) & healthy & (quit == 0):  # the deadline: give up on the missing ranks
+            waited = mops.elapsed_ns(ctx.context_ptr, start)
+        if (done == 0) & (waited >= 0) & (quit == 0):  # the deadline: give up on the missing ranks
             missing = (g == 0) & real & (got < epoch)
             old = tl.atomic_cas(
                 ptrs, tl.where(missing, got, _NEVER), tl.where(missing, -epoch, _NEVER), sem="acq_rel", scope=SCOPE

@@ -35,11 +35,11 @@ thread holding that lane reads it there): a per-thread load of a word that a pee
 can give the warps of one program different values, and so different branches around a barrier
 (BENCHMARKS.md, session 19: such a variant hung multi-program launches). Publishing the
 description in the flag's own exchange and reading it in the flag's own poll saves the separate
-stores, the fence before the flag and the loads after it (BENCHMARKS.md, session 20). (The
-device clock and this rank's health word are still read per thread; at the very deadline the
-warps of a multi-warp program could disagree. Not seen; a known gap. A fix: take each through a
-reduction over a tensor with at least one element per thread and no replicas, whose result every
-thread reads back from shared memory.)
+stores, the fence before the flag and the loads after it (BENCHMARKS.md, session 20). What
+no atomic can read, the device clock and this rank's health word, comes through the mem layer's
+``elapsed_ns`` and ``healthy``: every thread reads its own and one reduction over a tensor with
+at least one element per thread gives every thread the same answer from shared memory, so at the
+very deadline the warps of a program still leave the wait at the same poll.
 
 Every failure is reported without a host synchronization (the heap's error record) and leaves
 the rank poisoned until ``iris.ccl.reset()`` has run on every rank. Validation that can fail on

@@ -16,7 +16,9 @@ graph synchronizes as a fresh one does. Epochs (int64) only grow and flags are n
 no wake-up is lost. Waiting only on other ranks, never on a later program of the same launch,
 keeps this correct under Triton's interpreter, which runs a launch's programs one after another.
 
-``iris.ccl._gluon_kernels`` has the same kernels with the same signatures in Gluon.
+``iris.ccl._gluon_kernels`` has the same kernels with the same signatures in Gluon. On CPU ranks
+each launched kernel is marked ``@imt.interpret()`` (as the Gluon ones are ``@img.interpret()``),
+so its launches run inside that scope (which patches Triton's interpreter once per launch).
 """
 
 import triton
@@ -24,6 +26,7 @@ import triton.language as tl
 
 from iris.heap import context as abi
 from iris.heap.tracing import EVENTS
+import iris.mem.triton as imt
 from iris.mem.triton import Context, Tracing
 from iris.mem.triton import ops as mops
 
@@ -464,6 +467,7 @@ def _stage_in(staging, user, n, STAGED: tl.constexpr, BLOCK: tl.constexpr):
 _DESC = ["CODE", "NUMEL", "OFF_A", "OFF_B"]  # vary per call: never specialized on
 
 
+@imt.interpret()
 @triton.jit(do_not_specialize=_DESC)
 def barrier_kernel(
     context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, FLAGS: tl.constexpr, SCOPE: tl.constexpr, TRACE: tl.constexpr
@@ -475,6 +479,7 @@ def barrier_kernel(
     tl.store(_state(sync, FLAGS) + 1, epoch)
 
 
+@imt.interpret()
 @triton.jit(do_not_specialize=_DESC)
 def reduce_kernel(
     context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, src, dst, N, start, chunk, user,
@@ -525,6 +530,7 @@ def reduce_kernel(
             _copy_all(user, src, N, BLOCK)
 
 
+@imt.interpret()
 @triton.jit(do_not_specialize=_DESC)
 def gather_kernel(
     context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, src, dst,
@@ -558,6 +564,7 @@ def gather_kernel(
     _traced_leave(ctx, tr, sync, epoch, go, FLAGS, SCOPE)
 
 
+@imt.interpret()
 @triton.jit(do_not_specialize=_DESC)
 def push_kernel(
     context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, src, dst, n, dst_offset,

@@ -74,6 +74,19 @@ def range_kernel(out_ptr, n_ptr):
         tl.store(out_ptr + i, i * 3)
 
 
+@triton.jit
+def _times_three(x):
+    return x * 3
+
+
+@triton.jit
+def nested_kernel(out_ptr):
+    """out[4 p + i] = 9 i: two calls of a device function per program (each asks the interpreter
+    to patch the language again, unless a scope has it patched once for the launch)."""
+    i = tl.arange(0, 4)
+    tl.store(out_ptr + tl.program_id(0) * 4 + i, _times_three(_times_three(i)))
+
+
 def _outcome(launch):
     try:
         return {"result": launch()}

@@ -16,6 +16,11 @@ keeps its names within a minor release, the range the mem layers declare.
 * :func:`gluon_ast_source`: ``GluonASTSource`` from ``triton.experimental.gluon`` (3.9) or its
   ``_runtime`` module (3.6).
 * :func:`gluon_has_barrier`: 3.9 renamed ``gl.thread_barrier`` to ``gl.barrier``.
+* :data:`ONE_PATCH_PER_LAUNCH`: both releases' interpreters patch ``triton.language`` anew at
+  every call of a ``@jit`` device function, a scan of the language's members that took 60% of a
+  CPU-rank collective's time (1.5 ms a call, thousands of calls a launch). Inside the scope a
+  launch patches ``triton.language`` and its ``core`` once, and the calls inside it find them
+  patched, as CPU launches of Gluon kernels already did.
 * :data:`SCALAR_INDEX`: 3.6's interpreter turns a scalar into a Python int with ``int(data)``,
   which numpy >= 2.4 refuses for its shape-(1,) scalars (every scalar argument and every value
   loaded through one), so ``for r in range(world_size)`` fails; 3.9 squeezes first. Found by
@@ -42,7 +47,17 @@ from types import SimpleNamespace
 
 __version__ = "0.2.0"
 
-__all__ = ["SCALAR_INDEX", "Patches", "Saved", "Scope", "aggregate", "gluon_ast_source", "gluon_has_barrier"]
+__all__ = [
+    "ONE_PATCH_PER_LAUNCH",
+    "SCALAR_INDEX",
+    "Patches",
+    "Saved",
+    "Scope",
+    "aggregate",
+    "gluon_ast_source",
+    "gluon_has_barrier",
+    "both_languages",
+]
 
 _MISSING = object()
 
@@ -279,3 +294,51 @@ def _install_scalar_index(set_attr) -> None:
 #: Scalars as ``range`` bounds in interpreted kernels (triton 3.6 with numpy >= 2.4); empty on
 #: interpreters that need no fix.
 SCALAR_INDEX = Patches("scalar tensors as Python ints (triton 3.6, numpy >= 2.4)", _install_scalar_index)
+
+
+# -- one patch of the language per launch (both releases) -----------------------------------------
+
+
+def both_languages():
+    """A stand-in for a kernel function whose globals show the interpreter ``triton.language``
+    and ``triton.language.core``: what its language patching reads of a function (``__globals__``)."""
+    import triton.language as tl
+
+    return SimpleNamespace(__globals__={"tl": tl, "core": tl.core})
+
+
+class _LaunchPatch:
+    """The patch of a launch (the interpreter's own scope object), and the mark that a launch is running."""
+
+    def __init__(self, scope, state):
+        self._scope, self._state = scope, state
+
+    def restore(self) -> None:
+        try:
+            self._scope.restore()
+        finally:
+            self._state.launch = False
+
+
+def _install_one_patch_per_launch(set_attr) -> None:
+    from triton.runtime import interpreter
+
+    original = interpreter._patch_lang
+    state = threading.local()
+
+    def _patch_lang(fn):
+        # The launch (GridExecutor) asks first and restores what it gets when it ends; device
+        # functions called inside it ask again at every call and drop what they get.
+        if not ONE_PATCH_PER_LAUNCH.inside():
+            return original(fn)
+        if getattr(state, "launch", False):
+            return Saved()  # a device-function call inside a launch: the launch patched both
+        scope = original(both_languages())
+        state.launch = True
+        return _LaunchPatch(scope, state)
+
+    set_attr(interpreter, "_patch_lang", _patch_lang)
+
+
+#: ``triton.language`` patched once per interpreted launch, not at every device-function call.
+ONE_PATCH_PER_LAUNCH = Patches("triton.language patched once per interpreted launch", _install_one_patch_per_launch)

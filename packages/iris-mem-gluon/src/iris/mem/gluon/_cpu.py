@@ -175,7 +175,7 @@ def _launch(jit_fn, grid, args, kwargs):
         # triton.language and triton.language.core, once for the whole launch: the executor and
         # nested interpreted calls (tl.sum, ...) find them patched already (with the scalar index
         # fix of iris.mem.common.SCALAR_INDEX, which interpret() holds, where the release needs it).
-        scopes.append(saved[2](_anchor))
+        scopes.append(saved[2](_compat.both_languages()))
         scopes.append(_patch_gluon())
         _interp._patch_lang = _patched_already
         _state.launches += 1
@@ -195,11 +195,6 @@ def _launch(jit_fn, grid, args, kwargs):
 def _patched_already(fn):
     """Stands in for the interpreter's language patching while a CPU launch has it patched."""
     return _compat.Saved()
-
-
-def _anchor():
-    """Never called: its module globals show the interpreter both triton.language and its core."""
-    return tl, _tl_core
 
 
 def _find_cause(exc, kind):

@@ -442,10 +442,16 @@ def wait_timeout_ns(context_ptr):
     return gl.load(_extensions(context_ptr) + _WAIT_TIMEOUT_NS)
 
 
-#: Lanes of the reduction that gives every thread of a program the same value: at least one per
-#: thread (1024 threads: 32 warps of 32, 16 of 64), in a layout that spreads them over every
-#: thread, so the reduction crosses the warps through shared memory, which every thread then reads.
-_EVERY_THREAD = gl.constexpr(1024)
+def _every_thread(_semantic=None):
+    """Lanes of the reduction that gives every thread of a program the same value. Compiled: at
+    least one per thread (1024 threads: 32 warps of 32, 16 of 64), in a layout that spreads them
+    over every thread (``_every_thread_layout``), so the reduction crosses the warps through
+    shared memory, which every thread then reads. CPU ranks, where a program is one thread: one,
+    since the interpreter reduces lane by lane in Python."""
+    return gl.constexpr(1 if _semantic is None or _cpu._state.launches else 1024)
+
+
+_every_thread.__triton_builtin__ = True  # compiled: called with the code generator's _semantic
 #: What a thread that saw an error contributes to ``elapsed_ns``'s reduction (no wait is this long).
 _ERRORED = gl.constexpr(2**62)
 
@@ -472,8 +478,9 @@ def _program_max(x):
     every polled atomic has them). Atomics need none of this: their result reaches every thread
     through shared memory already (protocol notes in iris.ccl.protocol).
     """
+    LANES: gl.constexpr = _every_thread()
     L: gl.constexpr = _every_thread_layout()
-    return gl.max(gl.zeros([_EVERY_THREAD], x.dtype, layout=L) + x, axis=0)
+    return gl.max(gl.zeros([LANES], x.dtype, layout=L) + x, axis=0)
 
 
 @gluon.jit

@@ -386,10 +386,16 @@ def wait_timeout_ns(context_ptr):
     return tl.load(_extensions(context_ptr) + _WAIT_TIMEOUT_NS)
 
 
-#: Lanes of the reduction that gives every thread of a program the same value: at least one per
-#: thread (1024 threads: 32 warps of 32, 16 of 64), so no warp holds a replica of another's lanes
-#: and the reduction crosses the warps through shared memory, which every thread then reads.
-_EVERY_THREAD = tl.constexpr(1024)
+def _every_thread(_semantic=None):
+    """Lanes of the reduction that gives every thread of a program the same value. Compiled: at
+    least one per thread (1024 threads: 32 warps of 32, 16 of 64), so no warp holds a replica of
+    another's lanes and the reduction crosses the warps through shared memory, which every thread
+    then reads. CPU ranks, where a program is one thread (the interpreter calls this without the
+    code generator's semantic): one, since the interpreter reduces lane by lane in Python."""
+    return tl.constexpr(1 if _semantic is None else 1024)
+
+
+_every_thread.__triton_builtin__ = True  # compiled: called with the code generator's _semantic
 #: What a thread that saw an error contributes to ``elapsed_ns``'s reduction (no wait is this long).
 _ERRORED = tl.constexpr(2**62)
 
@@ -403,7 +409,8 @@ def _program_max(x):
     every polled atomic has them). Atomics need none of this: their result reaches every thread
     through shared memory already (protocol notes in iris.ccl.protocol).
     """
-    return tl.max(tl.zeros([_EVERY_THREAD], x.dtype) + x, axis=0)
+    LANES: tl.constexpr = _every_thread()
+    return tl.max(tl.zeros([LANES], x.dtype) + x, axis=0)
 
 
 @triton.jit

@@ -123,11 +123,9 @@ def _cpu_constraints() -> list[str]:
 def _pytest(session: nox.Session, layer: Layer, env: dict) -> None:
     tests = PACKAGES / layer.dist / "tests"
     # pytest exits 5 when it collects nothing: nox treats that as the failure it is.
-    # PYTHONDONTWRITEBYTECODE unset: the packages are installed without byte-compiling them
-    # (_pip_install), so the first import writes the .pyc files and every later rank process
-    # reads them. With it set (as on the machines this was measured on) every spawned rank and
-    # example process compiled torch's Python again, about 1.2 s each: test-examples took 331 s
-    # instead of 182 s on 2 cores.
+    # PYTHONDONTWRITEBYTECODE unset: packages are installed without byte-compiling them
+    # (_pip_install), so the first import must write the .pyc files that every later rank process
+    # reads; with it set, each spawned process compiled torch's Python again.
     session.run("pytest", str(tests), *session.posargs, env={**layer.env, **env, "PYTHONDONTWRITEBYTECODE": None})
 
 

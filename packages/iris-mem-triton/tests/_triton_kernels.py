@@ -493,7 +493,7 @@ def compile_cases(target):
                       {"flags": "*i32", "value": "i32", "result": "*i32", **ctx, "LANES": "constexpr", "FREE": "constexpr"},
                       {"LANES": 4, "FREE": free}))  # fmt: skip
         cases.append((f"wait_each[free={free}]", wait_each_kernel,
-                      {"flag": "*i32", "value": "i32", "results": "*i32", **ctx, "FREE": "constexpr"}, {"FREE": free}))
+                      {"flag": "*i32", "value": "i32", "results": "*i32", **ctx, "FREE": "constexpr"}, {"FREE": free}))  # fmt: skip
     cases.append(("wait[default]", wait_default_kernel, {"flag": "*i32", "value": "i32", "result": "*i32", **ctx}, {}))
     cases += clock_cases()
     cases.append(("closed_store", closed_store_kernel, {"x": "*i32", **ctx, "N": "constexpr"}, {"N": 64}))

@@ -24,9 +24,9 @@ so its launches run inside that scope (which patches Triton's interpreter once p
 import triton
 import triton.language as tl
 
+import iris.mem.triton as imt
 from iris.heap import context as abi
 from iris.heap.tracing import EVENTS
-import iris.mem.triton as imt
 from iris.mem.triton import Context, Tracing
 from iris.mem.triton import ops as mops
 

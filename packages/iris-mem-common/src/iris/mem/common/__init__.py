@@ -17,10 +17,10 @@ keeps its names within a minor release, the range the mem layers declare.
   ``_runtime`` module (3.6).
 * :func:`gluon_has_barrier`: 3.9 renamed ``gl.thread_barrier`` to ``gl.barrier``.
 * :data:`ONE_PATCH_PER_LAUNCH`: both releases' interpreters patch ``triton.language`` anew at
-  every call of a ``@jit`` device function, a scan of the language's members that took 60% of a
-  CPU-rank collective's time (1.5 ms a call, thousands of calls a launch). Inside the scope a
-  launch patches ``triton.language`` and its ``core`` once, and the calls inside it find them
-  patched, as CPU launches of Gluon kernels already did.
+  every call of a ``@jit`` device function, a scan of the language's members that dominated a
+  CPU-rank collective's time (CHANGELOG). Inside the scope a launch patches ``triton.language``
+  and its ``core`` once, and the calls inside it find them patched, as CPU launches of Gluon
+  kernels already did.
 * :data:`SCALAR_INDEX`: 3.6's interpreter turns a scalar into a Python int with ``int(data)``,
   which numpy >= 2.4 refuses for its shape-(1,) scalars (every scalar argument and every value
   loaded through one), so ``for r in range(world_size)`` fails; 3.9 squeezes first. Found by

@@ -53,6 +53,7 @@ from .ops import (  # noqa: E402
     barrier,
     clock_ns,
     copy,
+    elapsed_ns,
     get,
     healthy,
     load,
@@ -62,7 +63,6 @@ from .ops import (  # noqa: E402
     translate,
     wait,
     wait_timeout_ns,
-    elapsed_ns,
 )
 from .tracing import Tracing, device_clock  # noqa: E402
 
@@ -94,6 +94,7 @@ __all__ = [
     "copy",
     "current_target",
     "device_clock",
+    "elapsed_ns",
     "get",
     "healthy",
     "interpret",
@@ -106,6 +107,5 @@ __all__ = [
     "translate",
     "wait",
     "wait_timeout_ns",
-    "elapsed_ns",
     "warp_size",
 ]

@@ -442,13 +442,18 @@ def wait_timeout_ns(context_ptr):
     return gl.load(_extensions(context_ptr) + _WAIT_TIMEOUT_NS)
 
 
+def _on_cpu(semantic) -> bool:
+    """Whether a builtin runs inside a CPU launch (no code generator), not in a compilation."""
+    return semantic is None or bool(_cpu._state.launches)
+
+
 def _every_thread(_semantic=None):
     """Lanes of the reduction that gives every thread of a program the same value. Compiled: at
     least one per thread (1024 threads: 32 warps of 32, 16 of 64), in a layout that spreads them
     over every thread (``_every_thread_layout``), so the reduction crosses the warps through
     shared memory, which every thread then reads. CPU ranks, where a program is one thread: one,
     since the interpreter reduces lane by lane in Python."""
-    return gl.constexpr(1 if _semantic is None or _cpu._state.launches else 1024)
+    return gl.constexpr(1 if _on_cpu(_semantic) else 1024)
 
 
 _every_thread.__triton_builtin__ = True  # compiled: called with the code generator's _semantic
@@ -460,7 +465,7 @@ def _every_thread_layout(_semantic=None):
     """A 1-D layout over every thread of the program: the compile target's warp size and the
     launch's warps, from the code generator's options (as ``_clock_ns`` reads its backend). CPU
     ranks run the kernel as Python and drop layouts: any serves there."""
-    if _semantic is None or _cpu._state.launches:
+    if _on_cpu(_semantic):
         return gl.constexpr(gl.BlockedLayout([1], [32], [1], [0]))
     options = _semantic.builder.options
     return gl.constexpr(gl.BlockedLayout([1], [options.warp_size], [options.num_warps], [0]))

@@ -46,6 +46,7 @@ from .ops import (  # noqa: E402
     atomic_xor,
     clock_ns,
     copy,
+    elapsed_ns,
     get,
     healthy,
     load,
@@ -55,7 +56,6 @@ from .ops import (  # noqa: E402
     translate,
     wait,
     wait_timeout_ns,
-    elapsed_ns,
 )
 from .tracing import Tracing, device_clock  # noqa: E402
 
@@ -76,6 +76,7 @@ __all__ = [
     "clock_ns",
     "copy",
     "device_clock",
+    "elapsed_ns",
     "get",
     "healthy",
     "interpret",
@@ -88,5 +89,4 @@ __all__ = [
     "translate",
     "wait",
     "wait_timeout_ns",
-    "elapsed_ns",
 ]

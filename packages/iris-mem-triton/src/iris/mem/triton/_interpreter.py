@@ -67,7 +67,7 @@ class interpret(_common.Scope):  # noqa: N801 - used like a function: with inter
     also takes a scalar (a kernel argument, or a value loaded through one, such as
     ``ctx.world_size``) as a ``range`` bound on triton 3.6 with numpy >= 2.4, which it refuses
     there otherwise (3.9 needs no fix), and a launch patches ``triton.language`` once instead of
-    at every device-function call (``iris.mem.common.ONE_PATCH_PER_LAUNCH``: about 3x faster for
+    at every device-function call (``iris.mem.common.ONE_PATCH_PER_LAUNCH``, which matters for
     kernels built of many small functions, such as the collectives'). As a decorator of a
     host function, the function runs inside. Without ``TRITON_INTERPRET=1`` it changes nothing.
     Outside the scope the interpreter behaves as if Iris were not imported. Re-entrant; per

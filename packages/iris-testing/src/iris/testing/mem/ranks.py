@@ -506,7 +506,8 @@ def check_wait_after_error(rank, world_size, backend, free):
 
 def check_first_error_wins(rank, world_size, backend, free):
     """record_error: the first call wins and fills the record, a second changes nothing; healthy()
-    says whether an error is recorded, and elapsed_ns turns -1 with it; once the host has raised it, kernels may record again."""
+    says whether an error is recorded, and elapsed_ns turns -1 with it; once the host has raised
+    it, kernels may record again."""
     K, heap = backend.load(), _heap()
     flag = heap.full((1,), 1, dtype=torch.int32)
     out = heap.zeros(7, dtype=torch.int32)

@@ -157,6 +157,17 @@ def test_launch_hooks_are_seen_while_installed():
     assert _internals.launch_hooks_idle()
 
 
+def test_a_hook_assigned_in_place_of_the_chain_is_seen(monkeypatch):
+    """The fast check reads the chains' ``calls``; a plain function (or None) put in a chain's place
+    takes the careful path."""
+    from triton import knobs
+
+    monkeypatch.setattr(knobs.runtime, "launch_enter_hook", lambda metadata: None)
+    assert not _internals.launch_hooks_idle()
+    monkeypatch.setattr(knobs.runtime, "launch_enter_hook", None)
+    assert _internals.launch_hooks_idle()
+
+
 def test_a_triton_that_does_not_say_counts_as_hooked(monkeypatch):
     from triton import knobs
 

@@ -132,6 +132,10 @@ def launch_hooks_idle() -> bool:
     """Whether no launch hook is installed (a profiler such as proton installs them); False when
     this Triton does not say (``bare_launcher`` skips hooks, so callers then take the full path)."""
     runtime = getattr(_knobs, "runtime", None)
+    try:  # triton 3.6 to 3.9: two HookChains, idle while neither holds a hook (one check per planned call)
+        return not (runtime.launch_enter_hook.calls or runtime.launch_exit_hook.calls)
+    except AttributeError:  # a hook assigned directly, None, or another Triton: look at each
+        pass
     for name in ("launch_enter_hook", "launch_exit_hook"):
         if not hasattr(runtime, name):
             return False

@@ -64,7 +64,10 @@ class Plan:
             self.steps = None if None in ends else [*self.steps, ("copy", *ends)]
 
     def valid(self, ws: Workspace) -> bool:
-        return all(ws.staging_buffer(role) is buf for role, buf in self.buffers.items())
+        for role, buf in self.buffers.items():  # a loop, not all(...): this runs on every planned call
+            if ws.staging_buffer(role) is not buf:
+                return False
+        return True
 
     def run(self, tensors: tuple) -> None:
         stream = _launch.stream(self.device) if self.gpu else None
@@ -108,17 +111,25 @@ def _slotted(kernel, grid, args, constexprs, warps, tensors):
 def call_key(heap, name: str, config, scalars: tuple, tensors: tuple):
     """What a call's plan depends on (``Plan``); None for a call that is never planned (a
     blocking config, launch hooks installed, the JIT path forced, or arguments the full path
-    must reject)."""
+    must reject). Every planned call builds one, so it avoids what costs the host most here
+    (``torch.device.type``, a list per call)."""
     cfg = DEFAULT if config is None else config
     if type(cfg) is not Config or cfg.blocking:
         return None
-    if heap.device.type == "cuda":
-        if not (_launch.DIRECT_LAUNCH and _launch.hooks_idle()):
-            return None
-        device = _internals.current_device()
-    else:
-        device = -1
     try:
+        # The first tensor's device stands for the heap's (the key holds every tensor's device,
+        # and a call whose tensors are not on the heap's device is rejected, so never planned).
+        gpu = tensors[0].is_cuda if tensors else heap.device.type == "cuda"
+        if gpu:
+            if not (_launch.DIRECT_LAUNCH and _launch.hooks_idle()):
+                return None
+            device = _internals.current_device()
+        else:
+            device = -1
+        if len(tensors) == 1:  # most collectives: the same key without building a list
+            t = tensors[0]
+            return (name, cfg, scalars, device, (t.data_ptr(), t.shape, t.stride(), t.dtype, t.device,
+                                                 heap.is_symmetric(t)))  # fmt: skip
         parts = [(t.data_ptr(), t.shape, t.stride(), t.dtype, t.device, heap.is_symmetric(t)) for t in tensors]
     except (AttributeError, TypeError):  # not tensors: the full path says what is wrong
         return None
@@ -137,8 +148,7 @@ def replay(heap, key, tensors: tuple) -> bool:
     if plan is None or not plan.valid(ws):
         return False
     ws.check_ready(plan.name)
-    for _ in range(plan.launches):
-        ws.record(plan.name)
+    ws.record(plan.name, plan.launches)
     try:
         plan.run(tensors)
     except BaseException as e:

@@ -93,9 +93,11 @@ class Workspace:
                 rank=heap.rank,
             )
 
-    def record(self, name: str) -> None:
-        self.launched += 1
-        self.history.append((self.launched, name))
+    def record(self, name: str, launches: int = 1) -> None:
+        """Count ``launches`` launches of collective ``name`` (host epochs, for naming device errors)."""
+        for _ in range(launches):
+            self.launched += 1
+            self.history.append((self.launched, name))
 
     def keep_plan(self, key, plan, limit: int = 256) -> None:
         """Keep ``plan`` for calls with ``key``; beyond ``limit`` plans the oldest is dropped."""

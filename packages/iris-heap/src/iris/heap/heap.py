@@ -327,10 +327,11 @@ class SymmetricHeap(TensorFactories):
     # -- queries -----------------------------------------------------------------------------
     def is_symmetric(self, t: torch.Tensor) -> bool:
         """Whether ``t`` lives in an allocated block of this heap."""
-        if type(t) is torch.Tensor and t.layout == torch.strided and t.device == self.device:
+        if type(t) is torch.Tensor and t.layout is torch.strided and t.device == self.device:
             # The common case without building NotOnHeapError's message: the collectives ask this
             # of every tensor of every call, and a tensor off the heap cost 2.4 us that way.
-            self._check_open()
+            if self._closed:
+                self._check_open()
             offset = t.untyped_storage().data_ptr() - self._base
             return 0 <= offset < self.size and offset in self._blocks
         try:

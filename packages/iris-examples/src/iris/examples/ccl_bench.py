@@ -22,7 +22,8 @@ The copy roofline is timed the same way. The small-message table adds ``call us`
 time between CUDA events on an idle GPU, which does count the host's launch path (what a program
 that waits for each small all_reduce sees); ``host us``: the host's time per call when calls are
 issued back to back and nothing waits for them, next to a bare torch launch (``add_`` on one
-element) timed the same way in the same process (the issue's "<= 1.3 x a bare launch"); and on a
+element) timed the same way in the same process (the issue's "<= 1.3 x a bare launch"): batches of
+``--latency-iters`` calls, the two taking turns for ``--host-rounds`` rounds, the median; and on a
 GPU ``graph us``: device time per call replayed from a CUDA graph of ``--latency-iters`` calls.
 
 Effective traffic summed over W ranks, n = bytes of the per-rank input:
@@ -41,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import statistics
 import time
 
 import torch
@@ -140,6 +142,8 @@ def add_arguments(parser: argparse.ArgumentParser, *, gpu: bool) -> None:
     parser.add_argument(
         "--latency-iters", type=positive_int, default=50 if gpu else 1, help="timed calls per latency size"
     )
+    parser.add_argument("--host-rounds", type=positive_int, default=5 if gpu else 1,
+                        help="rounds of the host-time batches, the median taken (default 5 on a GPU, 1 on CPU ranks)")  # fmt: skip
 
 
 def check_arguments(args: argparse.Namespace) -> None:
@@ -170,20 +174,28 @@ def _calls(x, out, part, n, cfg, nccl=None):
     return {name: functools.partial(torch_calls[name], *a, group=nccl) for name, a in args.items()}
 
 
-def _host_seconds(fn, calls: int, device, agree) -> float:
-    """Host seconds per call of ``fn`` issued back to back (one device sync at the end): what a
-    small collective costs a program that does not wait for it. The ranks start together."""
-    fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    agree(0.0)
-    t0 = time.perf_counter()
-    for _ in range(calls):
+def _host_seconds(fns: tuple, calls: int, rounds: int, device, agree) -> list[float]:
+    """Host seconds per call of each of ``fns``: what a small collective costs a program that does
+    not wait for it. Each is timed as batches of ``calls`` calls issued back to back (the device
+    catches up and the ranks line up between batches; a batch below the launch queue's depth
+    measures the host, not the device's pace), the functions taking turns for ``rounds`` rounds,
+    so a slow spell of the host falls on all of them alike. Per function: the median over rounds
+    of the slowest rank's batch."""
+    samples: list[list[float]] = [[] for _ in fns]
+    for fn in fns:
         fn()
-    host = time.perf_counter() - t0
+    for _ in range(rounds):
+        for fn, times in zip(fns, samples):
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            agree(0.0)
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            times.append(agree(time.perf_counter() - t0) / calls)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    return agree(host) / calls  # the slowest rank's
+    return [statistics.median(times) for times in samples]
 
 
 def _graph_seconds(fn, calls: int, device, agree) -> float:
@@ -276,8 +288,9 @@ def rank_main(args: argparse.Namespace) -> dict:
                     one = timing.time_launches(
                         call, reps=1, iters=args.latency_iters, warmup=3, device=dev, queued=False
                     )
-                    host = _host_seconds(call, args.latency_iters, dev, agree)
-                    torch_host = _host_seconds(lambda: bare.add_(1), args.latency_iters, dev, agree)
+                    host, torch_host = _host_seconds(
+                        (call, lambda: bare.add_(1)), args.latency_iters, args.host_rounds, dev, agree
+                    )
                     row = {"collective": f"all_reduce:{variant}", "ranks": w, "backend": args.backend,
                            "bytes_per_rank": nbytes, "time_us": t * 1e6, "call_us": one * 1e6, "host_us": host * 1e6,
                            "torch_launch_us": torch_host * 1e6, "host_vs_launch": host / torch_host, "latency": True}  # fmt: skip

@@ -1,19 +1,17 @@
 """Where a small collective's host time goes: 1 KiB all_reduces against a bare torch launch.
 
-    python3 tools/ccl_host_profile.py [--ranks 2] [--batches 30] [--calls 100] [--backend triton] [--profile]
+    python3 tools/ccl_host_profile.py [--ranks 2] [--rounds 30] [--calls 100] [--backend triton] [--profile]
 
-Every rank issues the same calls. Each measurement is ``--batches`` batches of ``--calls`` calls
-issued back to back (nothing waits for the device inside a batch; the device catches up and the
-ranks line up between batches), and the batches of every kind take turns, so a slow spell of the
-host falls on all of them alike. A batch stays well below the launch queue's depth, so the figure
-is the host's own time per call, not the device's pace. Per kind, the median over batches of the
-time per call, and its ratio to the bare launch's median (issue 14's target is the ratio):
+Every rank issues the same calls, timed by ``iris.examples.timing.host_seconds`` (ccl-bench's
+``host us``): per kind, batches of ``--calls`` calls issued back to back, the kinds taking turns
+for ``--rounds`` rounds, the median of the slowest rank's batches; and its ratio to the bare
+launch's (issue 14's target is the ratio):
 
 - ``bare``: a torch launch (``add_`` on one element), the baseline;
 - ``heap``: ``all_reduce`` of a heap tensor (launched from its recorded plan after the first call);
 - ``plain``: ``all_reduce`` of a tensor off the heap (staged inside the kernel);
 - ``launch``: the heap tensor's plan alone (``Plan.run``: the compiled kernel's launcher);
-- ``python``: the heap tensor's call with the plan's launch left out (the key, the lookup, the
+- ``python``: the heap tensor's call with its plan emptied of steps (the key, the lookup, the
   checks: what iris.ccl's Python adds to the launcher). Only the host runs it; no kernel is queued.
 
 ``--profile`` adds rank 0's cProfile of heap calls (cProfile inflates small functions' times).
@@ -25,22 +23,20 @@ import argparse
 import cProfile
 import io
 import pstats
-import statistics
-import time
 
 KINDS = ("bare", "heap", "plain", "launch", "python")
 
 
-def _rank(rank, world_size, batches, calls, backend, profile):
+def _rank(rank, world_size, rounds, calls, backend, profile):
     import torch
 
     import iris.ccl as ccl
     import iris.heap
     from iris.ccl import plans
     from iris.ccl.workspace import workspace_of
+    from iris.examples import timing
 
     heap = iris.heap.init(1 << 24)
-    gpu = heap.device.type == "cuda"
     x = heap.randn(256)
     plain = torch.randn(256, device=heap.device)
     cfg = ccl.Config(backend=backend)
@@ -49,42 +45,27 @@ def _rank(rank, world_size, batches, calls, backend, profile):
         ccl.all_reduce(x, config=cfg)
         ccl.all_reduce(plain, config=cfg)
         bare.add_(1)
-    key = plans.call_key(heap, "all_reduce", cfg, ("sum",), (x,))
-    plan = workspace_of(heap).plans.get(key)
+    plan = workspace_of(heap).plans.get(plans.call_key(heap, "all_reduce", cfg, ("sum",), (x,)))
     if plan is None:
         raise RuntimeError("the heap tensor's all_reduce recorded no plan: nothing to decompose")
-    run_plan = plans.Plan.run
+    steps = plan.steps
 
-    def without_launch():
-        plans.Plan.run = lambda self, tensors: None
+    def python_only():
+        plan.steps = ()
         try:
-            for _ in range(calls):
-                ccl.all_reduce(x, config=cfg)
+            ccl.all_reduce(x, config=cfg)
         finally:
-            plans.Plan.run = run_plan
+            plan.steps = steps
 
-    def batch(fn):
-        for _ in range(calls):
-            fn()
-
-    bodies = {
-        "bare": lambda: batch(lambda: bare.add_(1)),
-        "heap": lambda: batch(lambda: ccl.all_reduce(x, config=cfg)),
-        "plain": lambda: batch(lambda: ccl.all_reduce(plain, config=cfg)),
-        "launch": lambda: batch(lambda: plan.run((x,))),
-        "python": without_launch,
-    }
-    samples = {kind: [] for kind in KINDS}
-    for _ in range(batches):
-        for kind in KINDS:
-            if gpu:
-                torch.cuda.synchronize()
-            heap.barrier()
-            t0 = time.perf_counter()
-            bodies[kind]()
-            samples[kind].append((time.perf_counter() - t0) / calls * 1e6)
-    if gpu:
-        torch.cuda.synchronize()
+    fns = (
+        lambda: bare.add_(1),
+        lambda: ccl.all_reduce(x, config=cfg),
+        lambda: ccl.all_reduce(plain, config=cfg),
+        lambda: plan.run((x,)),
+        python_only,
+    )
+    agree = timing.max_over_ranks()
+    seconds = timing.host_seconds(fns, calls, rounds, heap.device, agree)
     heap.barrier()
     heap.check_device_errors()
     report = ""
@@ -93,7 +74,7 @@ def _rank(rank, world_size, batches, calls, backend, profile):
         heap.barrier()
         if prof is not None:
             prof.enable()
-        for _ in range(calls * batches):
+        for _ in range(calls * rounds):
             ccl.all_reduce(x, config=cfg)
         if prof is not None:
             prof.disable()
@@ -101,13 +82,13 @@ def _rank(rank, world_size, batches, calls, backend, profile):
             pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(25)
             report = out.getvalue()
         heap.barrier()
-    return {kind: statistics.median(s) for kind, s in samples.items()}, report
+    return {kind: s * 1e6 for kind, s in zip(KINDS, seconds)}, report
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", type=int, default=2)
-    parser.add_argument("--batches", type=int, default=30)
+    parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument(
         "--calls", type=int, default=100, help="calls per batch (keep it below the launch queue's depth)"
     )
@@ -119,13 +100,12 @@ def main() -> None:
     from iris.heap.testing import run
 
     env = {} if torch.cuda.is_available() else {"TRITON_INTERPRET": "1"}  # CPU ranks: the interpreter
-    results = run(_rank, args.ranks, args.batches, args.calls, args.backend, args.profile, env=env)
-    print(f"median host us per call over {args.batches} batches of {args.calls} (x = ratio to bare):")
-    print("rank  " + "  ".join(f"{k:>14s}" for k in KINDS))
-    for r, (med, _) in enumerate(results):
-        print(f"{r:4d}  " + "  ".join(f"{med[k]:7.2f} ({med[k] / med['bare']:.2f}x)" for k in KINDS))
-    if results[0][1]:
-        print(results[0][1])
+    results = run(_rank, args.ranks, args.rounds, args.calls, args.backend, args.profile, env=env)
+    us, report = results[0]  # every rank holds the slowest rank's figures
+    print(f"host us per call, the slowest of {args.ranks} ranks, median of {args.rounds} rounds of {args.calls} calls:")
+    print("  ".join(f"{k} {us[k]:.2f} ({us[k] / us['bare']:.2f}x)" for k in KINDS))
+    if report:
+        print(report)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from iris.examples.timing import max_over_ranks, time_launches
+from iris.examples.timing import host_seconds, max_over_ranks, time_launches
 from iris.heap.testing import run
 
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -25,6 +25,27 @@ def test_cpu_time_is_wall_time_per_call(queued):
     t = time_launches(fn, reps=3, iters=2, warmup=1, device="cpu", queued=queued)
     assert len(calls) == 1 + 3 * 2
     assert 0.0019 < t < 0.05
+
+
+def test_host_seconds_take_turns_and_take_the_median():
+    """Each function once, then rounds in which they take turns; per function the median batch."""
+    order, agreed = [], []
+
+    def slow():
+        order.append("slow")
+        time.sleep(0.002)
+
+    def fast():
+        order.append("fast")
+
+    def agree(value):
+        agreed.append(value)
+        return value
+
+    t_slow, t_fast = host_seconds((slow, fast), calls=2, rounds=3, device=torch.device("cpu"), agree=agree)
+    assert order == ["slow", "fast"] + (["slow"] * 2 + ["fast"] * 2) * 3
+    assert len(agreed) == 2 * 2 * 3  # a line-up and a batch's time per batch
+    assert 0.0019 < t_slow < 0.05 and 0 <= t_fast < t_slow
 
 
 @pytest.mark.parametrize("kwargs", [{"reps": 0}, {"iters": 0}, {"warmup": -1}, {"reps": 1.5}, {"iters": True}], ids=str)

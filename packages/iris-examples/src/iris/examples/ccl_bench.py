@@ -42,8 +42,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import statistics
-import time
 
 import torch
 
@@ -174,30 +172,6 @@ def _calls(x, out, part, n, cfg, nccl=None):
     return {name: functools.partial(torch_calls[name], *a, group=nccl) for name, a in args.items()}
 
 
-def _host_seconds(fns: tuple, calls: int, rounds: int, device, agree) -> list[float]:
-    """Host seconds per call of each of ``fns``: what a small collective costs a program that does
-    not wait for it. Each is timed as batches of ``calls`` calls issued back to back (the device
-    catches up and the ranks line up between batches; a batch below the launch queue's depth
-    measures the host, not the device's pace), the functions taking turns for ``rounds`` rounds,
-    so a slow spell of the host falls on all of them alike. Per function: the median over rounds
-    of the slowest rank's batch."""
-    samples: list[list[float]] = [[] for _ in fns]
-    for fn in fns:
-        fn()
-    for _ in range(rounds):
-        for fn, times in zip(fns, samples):
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            agree(0.0)
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            times.append(agree(time.perf_counter() - t0) / calls)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return [statistics.median(times) for times in samples]
-
-
 def _graph_seconds(fn, calls: int, device, agree) -> float:
     """Device seconds per call of ``fn`` replayed from a CUDA graph of ``calls`` calls (every rank
     captures the same graph; its replays are timed as queued launches with the ranks lined up, so
@@ -288,7 +262,7 @@ def rank_main(args: argparse.Namespace) -> dict:
                     one = timing.time_launches(
                         call, reps=1, iters=args.latency_iters, warmup=3, device=dev, queued=False
                     )
-                    host, torch_host = _host_seconds(
+                    host, torch_host = timing.host_seconds(
                         (call, lambda: bare.add_(1)), args.latency_iters, args.host_rounds, dev, agree
                     )
                     row = {"collective": f"all_reduce:{variant}", "ranks": w, "backend": args.backend,

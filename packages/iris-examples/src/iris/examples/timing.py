@@ -14,6 +14,8 @@ On a GPU it times calls with CUDA events, in one of two ways:
 
 On CPU each sample is the wall time (``time.perf_counter``) of ``reps`` calls. ``max_over_ranks``
 makes the ``agree`` callable with which ranks time a collective together.
+
+``host_seconds`` times the host instead: what a call costs a program that does not wait for it.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import torch
 
 from . import _internals
 
-__all__ = ["max_over_ranks", "time_launches"]
+__all__ = ["host_seconds", "max_over_ranks", "time_launches"]
 
 _spin_cycles_per_s: dict = {}
 
@@ -146,6 +148,32 @@ def _one_call_at_a_time(fn, reps: int, iters: int) -> float:
         events.append((start, end))
     torch.cuda.synchronize()
     return statistics.median(s.elapsed_time(e) for s, e in events) / 1e3 / reps
+
+
+def host_seconds(fns, calls: int, rounds: int, device, agree: Callable[[float], float]) -> list[float]:
+    """Host seconds per call of each of ``fns`` (callables without arguments), issued back to back.
+
+    Each is timed as batches of ``calls`` calls (the device catches up and the ranks line up
+    between batches; a batch below the launch queue's depth measures the host, not the device's
+    pace), the functions taking turns for ``rounds`` rounds, so a slow spell of the host falls on
+    all of them alike. Per function: the median over rounds of ``agree`` of each batch's time
+    (``max_over_ranks``: the slowest rank's). Each function is called once before the rounds.
+    """
+    samples: list[list[float]] = [[] for _ in fns]
+    for fn in fns:
+        fn()
+    for _ in range(rounds):
+        for fn, times in zip(fns, samples):
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            agree(0.0)
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            times.append(agree(time.perf_counter() - t0) / calls)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return [statistics.median(times) for times in samples]
 
 
 def max_over_ranks(group=None) -> Callable[[float], float]:

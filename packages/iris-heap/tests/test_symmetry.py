@@ -75,6 +75,18 @@ def _free_and_reuse(rank, world_size):
     assert s.used == 0 and s.live_allocations == 0 and s.largest_free_block == heap.size
     assert s.peak == 2 * 4096
     heap.check_symmetry()
+    # generation: moves with every change of the allocated blocks, and only then
+    g = heap.generation
+    d = heap.empty(8)
+    assert heap.generation > g
+    g = heap.generation
+    heap.is_symmetric(d), heap.offset(d), heap.stats(), heap.check_symmetry()
+    assert heap.generation == g
+    heap.free(d)
+    assert heap.generation > g
+    g = heap.generation
+    heap.close()
+    assert heap.generation > g
 
 
 def _quarantine_then_collect(rank, world_size):
@@ -85,7 +97,9 @@ def _quarantine_then_collect(rank, world_size):
     view = dropped[10:20]  # a view keeps the block alive after the tensor is gone
     del dropped
     assert heap.stats().quarantined_allocations == 0
+    g = heap.generation
     assert heap.collect() == 0
+    assert heap.generation == g  # nothing reclaimed: the blocks are the same
     del view
     s = heap.stats()
     assert s.quarantined_allocations == 1 and s.quarantined_bytes == 4096 * 4
@@ -93,7 +107,9 @@ def _quarantine_then_collect(rank, world_size):
     fresh = heap.empty(4096)
     assert heap.offset(fresh) != off
     heap.free(fresh)
+    g = heap.generation
     assert heap.collect() == 4096 * 4
+    assert heap.generation > g
     assert heap.stats().quarantined_allocations == 0
     again = heap.empty(4096)
     assert heap.offset(again) == off

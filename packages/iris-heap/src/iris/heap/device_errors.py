@@ -26,6 +26,7 @@ from .log import fatal, get_logger
 __all__ = ["DeviceError", "ErrorRecord", "Watchdog"]
 
 _logger = get_logger(__name__)
+_CODE, _NONE = abi.RECORD_CODE, abi.ERROR_NONE  # read on every collective: module globals, not attributes
 
 
 @dataclass(frozen=True)
@@ -51,10 +52,11 @@ class ErrorRecord:
         self.words = torch.zeros(abi.ERROR_RECORD_WORDS, dtype=torch.int64, pin_memory=pinned)
         self.address = self.words.data_ptr()
         self._view = self.words.numpy()  # plain loads of the shared words, no torch dispatch
+        self._code = memoryview(self._view)  # the same memory: one indexed load costs less than numpy's
 
     def pending(self) -> bool:
         """Whether the device recorded an error (one plain load)."""
-        return self._view[abi.RECORD_CODE] != abi.ERROR_NONE
+        return self._code[_CODE] != _NONE
 
     def read(self) -> DeviceError | None:
         """The recorded error, or None. Never synchronizes with the device."""

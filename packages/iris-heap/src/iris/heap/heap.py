@@ -127,6 +127,9 @@ class SymmetricHeap(TensorFactories):
         self._alloc = BlockAllocator(size)
         # offset -> (weakref to the storage's owner, nbytes, dtype, shape)
         self._blocks: dict[int, tuple] = {}
+        #: Changes whenever the set of allocated blocks does (an allocation, ``free``, ``collect``,
+        #: ``close``): what ``is_symmetric`` answered for a tensor holds while it stays the same.
+        self.generation = 0
         self.transport = self._transport.name
         self._bases = list(self._transport.bases)
         self._base = self._bases[self.rank]
@@ -185,6 +188,7 @@ class SymmetricHeap(TensorFactories):
             self.context[abi.status_index(w)] = abi.STATUS_CLOSED
             self._transport.close()
             self._blocks.clear()
+            self.generation += 1
             self._reserved.clear()
             _open[:] = [r for r in _open if r() is not None and r() is not self]
             _logger.info("heap closed (memory that live tensors still view stays mapped until they go)")
@@ -239,6 +243,7 @@ class SymmetricHeap(TensorFactories):
             flat, owner = self._transport.view(self.rank, offset, dtype.itemsize, dtype)
             t = flat[:0].view(shape)
         self._blocks[offset] = (weakref.ref(owner), nbytes, dtype, shape)
+        self.generation += 1
         return t
 
     def _exhausted(self, nbytes, shape, dtype, what: str = "") -> HeapExhaustedError:
@@ -300,6 +305,7 @@ class SymmetricHeap(TensorFactories):
                     f"free(): the block at heap offset {offset:#x} is not allocated; it was already freed"
                 )
         del self._blocks[offset]
+        self.generation += 1
         self._alloc.release(offset)
 
     def _quarantined(self) -> list[int]:
@@ -318,6 +324,7 @@ class SymmetricHeap(TensorFactories):
         for offset in common:
             del self._blocks[offset]
             reclaimed += self._alloc.release(offset)
+        self.generation += bool(common)
         _logger.debug(
             "collect(): %d bytes in %d blocks reclaimed; %d dropped here but alive on a peer stay quarantined",
             reclaimed, len(common), len(dead[self.rank]) - len(common),
@@ -538,6 +545,8 @@ class SymmetricHeap(TensorFactories):
         watchdog). Works after ``close()`` too, to report a kernel that was given a closed heap's
         context.
         """
+        if self._pending is None and not self._record.pending():  # the common case, in one call
+            return
         error = self._poll_device_error()
         if error is None:
             return

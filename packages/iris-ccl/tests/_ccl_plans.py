@@ -159,3 +159,94 @@ def error_then_replay(rank, world_size, backend):
     heap.check_symmetry()
     return {"planned": planned, "first": summary(first), "second": summary(second),
             "after reset": after_reset, "right": right}  # fmt: skip
+
+
+def same_objects(rank, world_size, backend):
+    """A loop on the very same tensor objects skips even the plan's key (``plans.replay_recent``),
+    and nothing that changed under an unchanged object goes unseen: a tensor given new memory
+    (``.data =``) or another dtype over the same memory, one resized in place, the heap's blocks
+    changing in between, a tensor made at a reused ``id``, and ``reset()``. Every result is
+    torch's and guards stay intact. Returns per case what the check saw."""
+    from iris.ccl import plans
+
+    heap = iris.heap.init(HEAP_SIZE)
+    heap.wait_timeout = QUIET
+    c = cfg(backend, variant="two_shot")
+    ccl.barrier(config=c)
+    ws = workspace_of(heap)
+    mem = Guarded(heap)
+    out = {"wrong": [], "keyed": {}}
+    keys = []  # every call_key call: a call that took the shortcut builds none
+    real_key = plans.call_key
+
+    def counting_key(*args):
+        keys.append(args[1])
+        return real_key(*args)
+
+    plans.call_key = counting_key
+
+    def check(case, x, xs, n_calls=3, op="sum"):
+        """``n_calls`` all_reduces of ``x`` (data ``xs[rank]`` each time): right each time; how many built a key."""
+        before = len(keys)
+        for i in range(n_calls):
+            x.copy_(xs[rank].to(x.dtype) if x.shape == xs[rank].shape else xs[rank].view(x.shape).to(x.dtype))
+            ccl.all_reduce(x, op=op, config=c)
+            settle(heap)
+            want = reference_reduce([v.view(x.shape).to(x.dtype) for v in xs], op)
+            if not same(x, want):
+                out["wrong"].append(f"{case}: call {i}")
+            mem.assert_guards(rank, f"{case} call {i}")
+        out["keyed"][case] = len(keys) - before
+
+    try:
+        xs = [sample((ROWS * world_size, 3), torch.float32, 1, r) for r in range(world_size)]
+        x = mem.heap_tensor(xs[rank], "the loop's tensor")
+        check("loop", x, xs, n_calls=4)  # the first call records, the second replays by key, then none
+        check("an equal config, another object", x, xs)  # cfg() builds a new Config per call already
+        # New memory under the same object: another heap tensor of the same shape.
+        other = mem.heap_tensor(xs[rank], "the new memory")
+        x.data = other
+        check("same object, new memory", x, xs)
+        # The same memory as int32 (a view): a plan for float32 must not reduce it as floats.
+        ints = [sample((ROWS * world_size, 3), torch.int32, 2, r) for r in range(world_size)]
+        x.data = other.view(torch.int32)
+        check("same object and memory, another dtype", x, ints)
+        # Resized in place to fewer elements (the memory and address stay): the old plan would
+        # reduce the old count, past the tensor's end; the elements after its end must not change.
+        x.data = other.view(torch.float32)
+        check("back to float32", x, xs)
+        tail_before = other.view(-1)[ROWS * world_size :].clone()
+        small = [v.view(-1)[: ROWS * world_size] for v in xs]
+        x.resize_(ROWS * world_size)
+        check("resized in place", x, small)
+        if not torch.equal(other.view(-1)[ROWS * world_size :], tail_before):
+            out["wrong"].append("resized in place: the elements past the tensor's new end changed")
+        # The heap's blocks change (an allocation) between calls: asked again, still the shortcut.
+        generation = heap.generation
+        mem.heap_tensor(torch.zeros(4), "a block allocated in between")
+        out["generation moved"] = heap.generation != generation
+        check("after an allocation", x, small)
+        # A tensor made after the loop's tensor is gone: a reused id must not find its entry.
+        y = mem.heap_tensor(xs[rank], "the tensor that goes")
+        check("before it goes", y, xs)
+        gone = id(y)
+        del y
+        reused = None
+        for _ in range(1000):
+            z = torch.empty(ROWS * world_size, 3, device=heap.device)  # off the heap: a staged call
+            if id(z) == gone:
+                reused = z
+                break
+            del z
+        out["id reused"] = reused is not None
+        if reused is not None:
+            check("a plain tensor at the reused id", reused, xs)
+        out["entries before reset"] = len(ws.recent)
+        ccl.reset()
+        out["entries after reset"] = len(ws.recent)
+        check("after reset", x, small)
+    finally:
+        plans.call_key = real_key
+    mem.free()
+    heap.check_symmetry()
+    return out

@@ -101,7 +101,8 @@ def _runner_calls(rank, world_size):
     try:
         args = (1, 2, 3, 4, 5, 6)
         compiled[(2, 1, 1)](*args, stream=77)
-        _internals.bare_launcher(compiled)((2, 1, 1), 77, args)
+        run, fixed = _internals.bare_launcher(compiled)
+        run(2, 1, 1, 77, *fixed, *args)
     finally:
         compiled.module = None  # nothing to unload
     return fields, calls

@@ -72,11 +72,13 @@ def current_device() -> int:
     return _cuda_get_device()
 
 
-def raw_stream(device_index: int) -> int:
-    """The raw handle of ``device_index``'s current CUDA stream (what a compiled kernel's launcher takes)."""
-    if _cuda_raw_stream is not None:
-        return _cuda_raw_stream(device_index)
+def _public_raw_stream(device_index: int) -> int:
     return torch.cuda.current_stream(device_index).cuda_stream
+
+
+#: ``raw_stream(device_index)``: the raw handle of that device's current CUDA stream (what a
+#: compiled kernel's launcher takes); torch's own function where it has one (no Python frame).
+raw_stream = _cuda_raw_stream if _cuda_raw_stream is not None else _public_raw_stream
 
 
 # -- Triton: kernels and their compiled launches ----------------------------------------------------
@@ -114,18 +116,15 @@ def run_compiled(compiled, grid: tuple[int, int, int], args: tuple, stream: int)
     compiled[grid](*args, stream=stream)
 
 
-def bare_launcher(compiled):
-    """``launch(grid, stream, args)`` that queues ``compiled`` as its runner (``run_compiled``)
-    does, without launch metadata or hooks (so only while ``launch_hooks_idle()``); None when this
-    Triton's compiled kernels lack what it calls, or the kernel is not loaded yet."""
+def bare_launcher(compiled) -> tuple | None:
+    """``(run, fixed)``: ``run(gx, gy, gz, stream, *fixed, *args)`` queues ``compiled`` as its runner
+    (``run_compiled``) does, without launch metadata or hooks (so only while
+    ``launch_hooks_idle()``); None when this Triton's compiled kernels lack what it calls, or the
+    kernel is not loaded yet. (A pair, not a function: a planned collective calls ``run`` itself,
+    one Python call fewer per launch.)"""
     if not all(hasattr(compiled, a) for a in ("run", "function", "packed_metadata")) or compiled.function is None:
         return None
-    run, function, metadata = compiled.run, compiled.function, compiled.packed_metadata
-
-    def launch(grid: tuple[int, int, int], stream: int, args: tuple) -> None:
-        run(grid[0], grid[1], grid[2], stream, function, metadata, None, None, None, *args)
-
-    return launch
+    return compiled.run, (compiled.function, compiled.packed_metadata, None, None, None)
 
 
 def launch_hooks_idle() -> bool:

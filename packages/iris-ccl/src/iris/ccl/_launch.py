@@ -132,19 +132,20 @@ def launch(kernel, grid: tuple[int, ...], args: tuple, constexprs: dict, num_war
 
 
 class Bound:
-    """One launch with every argument fixed: ``bound(stream)`` queues it on ``stream`` (a raw CUDA stream).
+    """One launch with every argument fixed: ``bound(stream)`` queues it on ``stream`` (a raw CUDA
+    stream), as ``bound.run(*bound.grid, stream, *bound.tail)`` does (what a plan calls itself).
 
     Calls the compiled kernel's launcher without launch metadata or hooks
     (``_internals.bare_launcher``): use it only while ``hooks_idle()``.
     """
 
-    __slots__ = ("launcher", "grid", "args")
+    __slots__ = ("run", "grid", "tail")
 
-    def __init__(self, launcher, grid: tuple[int, int, int], args: tuple):
-        self.launcher, self.grid, self.args = launcher, grid, args
+    def __init__(self, run, grid: tuple[int, int, int], tail: tuple):
+        self.run, self.grid, self.tail = run, grid, tail
 
     def __call__(self, stream: int) -> None:
-        self.launcher(self.grid, stream, self.args)
+        self.run(*self.grid, stream, *self.tail)
 
 
 def bind(kernel, grid: tuple[int, ...], args: tuple, constexprs: dict, num_warps: int) -> Bound | None:
@@ -162,8 +163,9 @@ def bind(kernel, grid: tuple[int, ...], args: tuple, constexprs: dict, num_warps
     launcher = _internals.bare_launcher(compiled)
     if launcher is None:
         return None
+    run, head = launcher
     fixed = tuple(a.data_ptr() if isinstance(a, torch.Tensor) else a for a in args)
-    return Bound(launcher, (*grid, 1, 1)[:3], (*fixed, *tail))
+    return Bound(run, (*grid, 1, 1)[:3], (*head, *fixed, *tail))
 
 
 #: Whether no launch hook is installed (a profiler such as proton installs them): ``Bound`` skips

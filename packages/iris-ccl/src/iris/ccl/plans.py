@@ -13,14 +13,18 @@ calls, whichever of them ran from a plan, so ranks keep describing the same offs
 
 from __future__ import annotations
 
+import weakref
+
 import torch
+
+import iris.heap
 
 from . import _internals, _launch
 from .arguments import flat
 from .config import DEFAULT, Config
-from .workspace import Workspace, workspace_of
+from .workspace import Workspace, existing_workspace, workspace_of
 
-__all__ = ["MAX_PLANS", "Plan", "call_key", "replay"]
+__all__ = ["MAX_PLANS", "Plan", "call_key", "replay", "replay_recent"]
 
 #: Plans kept per heap (the oldest is dropped first).
 MAX_PLANS = 256
@@ -29,7 +33,7 @@ MAX_PLANS = 256
 class Plan:
     """The launches and staging copies of one call, kept to run again for the next call with the same key.
 
-    Steps, in the call's order: on GPUs a launch is a ``_launch.Bound`` (addresses fixed); on CPU
+    Steps, in the call's order: on GPUs a launch is a ``_launch.Bound``'s parts (addresses fixed); on CPU
     ranks the kernel with the call's tensors filled in again (``_slotted``), so the same plans run
     under the interpreter; a copy is between a (flat) tensor of the call and a staging view.
     """
@@ -49,7 +53,7 @@ class Plan:
             return
         if self.gpu:
             bound = _launch.bind(kernel, grid, args, constexprs, warps) if _launch.DIRECT_LAUNCH else None
-            step = None if bound is None else ("launch", bound)
+            step = None if bound is None else ("launch", bound.run, *bound.grid, bound.tail)
         else:
             step = _slotted(kernel, grid, args, constexprs, warps, tensors)
         if step is None:
@@ -73,8 +77,8 @@ class Plan:
         stream = _launch.stream(self.device) if self.gpu else None
         for step in self.steps:
             what = step[0]
-            if what == "launch":
-                step[1](stream)
+            if what == "launch":  # a _launch.Bound's call, without its frame: run(gx, gy, gz, stream, *tail)
+                step[1](step[2], step[3], step[4], stream, *step[5])
             elif what == "copy":
                 _filled(step[1], tensors).copy_(_filled(step[2], tensors))
             else:  # "cpu": a launch under the interpreter
@@ -137,7 +141,8 @@ def call_key(heap, name: str, config, scalars: tuple, tensors: tuple):
 
 
 def replay(heap, key, tensors: tuple) -> bool:
-    """Launch the plan recorded for ``key``, if there is one (False: the call takes the full path)."""
+    """Launch the plan recorded for ``key``, if there is one (False: the call takes the full path).
+    A call launched this way is remembered (``replay_recent``) for the next one on the same tensors."""
     if key is None:
         return False
     ws = workspace_of(heap)
@@ -147,11 +152,93 @@ def replay(heap, key, tensors: tuple) -> bool:
         return False
     if plan is None or not plan.valid(ws):
         return False
-    ws.check_ready(plan.name)
+    _run(ws, plan, tensors)
+    if len(ws.recent) >= MAX_PLANS:
+        ws.recent.clear()
+    ws.recent[(*key[:3], *map(id, tensors))] = _Recent(heap, plan, tensors)  # key[:3]: name, config, scalars
+    return True
+
+
+class _Recent:
+    """A call that ran from its plan, as ``replay_recent`` checks the next one: the tensors
+    themselves (weakly), what the plan's key read of each, and the heap's ``generation`` at which
+    their ``is_symmetric`` held."""
+
+    __slots__ = ("plan", "refs", "props", "symmetric", "generation")
+
+    def __init__(self, heap, plan: Plan, tensors: tuple):
+        self.plan = plan
+        self.refs = tuple(weakref.ref(t) for t in tensors)
+        self.props = tuple((t.data_ptr(), t.shape, t.stride(), t.dtype) for t in tensors)
+        self.symmetric = tuple(heap.is_symmetric(t) for t in tensors)
+        self.generation = heap.generation
+
+
+def replay_recent(heap, name: str, config, scalars: tuple, tensors: tuple) -> bool:
+    """``replay`` for the common case of a loop, with less host time: the same collective, config
+    and scalars on the very same tensor objects as a call that ran from its plan (False: look the
+    plan up by key, or take the full path).
+
+    The tensors are the same objects (a weak reference, so a new tensor at a reused ``id`` is not
+    taken for an old one) with the same address, shape, strides and dtype: the key's device
+    follows from the address (one address space for the host and every device). Whether each is
+    on the heap is asked again only when the heap's blocks changed since (``heap.generation``).
+    The other conditions are the key's: the heap is open, the same device is current, no launch
+    hook is installed; then ``replay``'s (the staging buffers are the plan's, the collectives are
+    ready). It runs on every call of a loop, so it is written out flat: a single tensor without
+    a loop, the checks inline.
+    """
+    try:
+        if heap is None:
+            heap = iris.heap.default_heap()  # an open heap
+        elif heap.closed:
+            return False
+        ws = existing_workspace(heap)
+        if ws is None:
+            return False
+        if config is None:
+            config = DEFAULT
+        if len(tensors) == 1:
+            t = tensors[0]
+            recent = ws.recent.get((name, config, scalars, id(t)))
+            if recent is None:
+                return False
+            ptr, shape, stride, dtype = recent.props[0]
+            if (recent.refs[0]() is not t or t.data_ptr() != ptr or t.shape != shape or t.stride() != stride
+                    or t.dtype is not dtype):  # fmt: skip
+                return False
+        else:
+            recent = ws.recent.get((name, config, scalars, *map(id, tensors)))
+            if recent is None:
+                return False
+            for t, ref, (ptr, shape, stride, dtype) in zip(tensors, recent.refs, recent.props):
+                if (ref() is not t or t.data_ptr() != ptr or t.shape != shape or t.stride() != stride
+                        or t.dtype is not dtype):  # fmt: skip
+                    return False
+    except (AttributeError, TypeError, iris.heap.HeapError):  # not a heap, unhashable scalars, no heap
+        return False  # the full path says what is wrong
+    if recent.generation != heap.generation:
+        if tuple(heap.is_symmetric(t) for t in tensors) != recent.symmetric:
+            return False
+        recent.generation = heap.generation
+    plan = recent.plan
+    if plan.gpu and not (_launch.DIRECT_LAUNCH and plan.device == _internals.current_device() and _launch.hooks_idle()):
+        return False
+    if plan.buffers and not plan.valid(ws):
+        return False
+    _run(ws, plan, tensors)
+    return True
+
+
+def _run(ws: Workspace, plan: Plan, tensors: tuple) -> None:
+    """``plan``'s launches, once ``Workspace.check_ready`` passes (its common case inline: no
+    device error recorded, the collectives not broken), counted as ``Workspace.record`` does."""
+    ws.heap.check_device_errors()
+    if ws.broken is not None:
+        ws.check_ready(plan.name)  # raises what stops the collectives
     ws.record(plan.name, plan.launches)
     try:
         plan.run(tensors)
     except BaseException as e:
         ws.mark_broken(f"a failure inside {plan.name}'s launch ({type(e).__name__}: {e})")
         raise
-    return True

@@ -21,9 +21,10 @@ from .errors import CollectiveError
 
 _log = get_logger("ccl")
 
-__all__ = ["Workspace", "workspace_of"]
+__all__ = ["Workspace", "existing_workspace", "workspace_of"]
 
 _workspaces: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_last: list = [lambda: None, None]  # (a weak reference to the heap last looked up, its workspace)
 SYNC = "iris.ccl.sync"
 STAGING = "iris.ccl.staging"
 
@@ -67,10 +68,11 @@ class Workspace:
         self.desc = self.sync[3 * f : (3 + 2 * protocol.DESC_SLOTS) * f]
         self.state = self.sync[(3 + 2 * protocol.DESC_SLOTS) * f :]
         self.launched = 0
-        self.history: collections.deque = collections.deque(maxlen=64)  # (host epoch, collective)
+        self.history: collections.deque = collections.deque(maxlen=64)  # (last host epoch, launches, collective)
         self.broken: str | None = None  # set when a host failure interrupted a launch
         self._staging: dict[str, torch.Tensor] = {}
         self.plans: dict = {}  # call key -> the launches it made (iris.ccl.plans.Plan)
+        self.recent: dict = {}  # calls on the same tensor objects as a planned one (iris.ccl.plans.replay_recent)
         self._names: list[str] = []
         heap.add_error_translator(self._translate)
         untouched = heap.reservations()[SYNC].untouched
@@ -95,9 +97,8 @@ class Workspace:
 
     def record(self, name: str, launches: int = 1) -> None:
         """Count ``launches`` launches of collective ``name`` (host epochs, for naming device errors)."""
-        for _ in range(launches):
-            self.launched += 1
-            self.history.append((self.launched, name))
+        self.launched += launches
+        self.history.append((self.launched, launches, name))  # one per call: epochs launched - launches + 1 .. launched
 
     def keep_plan(self, key, plan, limit: int = 256) -> None:
         """Keep ``plan`` for calls with ``key``; beyond ``limit`` plans the oldest is dropped."""
@@ -110,8 +111,8 @@ class Workspace:
 
     def name_of(self, epoch: int) -> str:
         """The collective launched at ``epoch`` (as this host counted; CUDA graph replays are not)."""
-        for e, name in reversed(self.history):
-            if e == epoch or epoch < 0:
+        for last, launches, name in reversed(self.history):
+            if last - launches < epoch <= last or epoch < 0:
                 return name
         return "a collective"
 
@@ -175,13 +176,26 @@ class Workspace:
         self._names.clear()
         self._staging.clear()
         self.plans.clear()
+        self.recent.clear()
         self.launched = 0
         self.history.clear()
         self.broken = None
 
 
 def workspace_of(heap) -> Workspace:
-    ws = _workspaces.get(heap)
+    ws = existing_workspace(heap)
     if ws is None:
         ws = _workspaces[heap] = Workspace(heap)
+        _last[:] = [weakref.ref(heap), ws]
+    return ws
+
+
+def existing_workspace(heap) -> Workspace | None:
+    """``heap``'s workspace if it has one; ``TypeError`` for what cannot be a heap."""
+    ref, ws = _last
+    if ref() is heap and heap is not None:  # the heap of the call before, as in nearly every call (no weak-key lookup)
+        return ws
+    ws = _workspaces.get(heap)
+    if ws is not None:
+        _last[:] = [weakref.ref(heap), ws]
     return ws

@@ -1,0 +1,111 @@
+"""Run one pytest selection as several pytest processes at once (no pytest-xdist needed).
+
+    python3 tools/parallel-tests.py --jobs 8 [--timeout 500] [--logs DIR] -- <pytest arguments>
+
+For a GPU machine with a cold Triton cache: most of a GPU test's time is compiling, one kernel
+after another in each process, and a test's world sizes compile different kernels (``W`` is a
+constexpr), so tests that run side by side compile side by side. The selection is collected once
+(``pytest --collect-only -q``); its tests are dealt to the jobs in collection order, one each in
+turn, so the parametrizations of one test (its world sizes, its backends) land in different jobs.
+Each job is ``pytest <its tests> <the options among the arguments>`` with its output in
+``DIR/job-N.log``; a job still running at ``--timeout`` seconds gets SIGINT, so pytest still
+prints what passed. Prints each job's summary line and the totals; exits 1 if any job failed,
+was stopped, or collected nothing it was given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+_COUNTS = re.compile(r"(\d+) (passed|failed|skipped|errors?|deselected|xfailed|xpassed)")
+
+
+def _collect(pytest_args: list[str]) -> list[str]:
+    quiet = [a for a in pytest_args if not re.fullmatch(r"-[qv]+|--quiet|--verbose", a)]  # one -q: one id a line
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", *quiet],
+                          capture_output=True, text=True)  # fmt: skip
+    ids = [line for line in done.stdout.splitlines() if "::" in line and not line.startswith(" ")]
+    if done.returncode not in (0, 5) or not ids:
+        sys.stderr.write(done.stdout[-4000:] + done.stderr[-4000:])
+        raise SystemExit(f"collection failed (pytest exit {done.returncode}, {len(ids)} tests)")
+    return ids
+
+
+def _options(pytest_args: list[str]) -> list[str]:
+    """The arguments that are not paths or node ids (what every job passes on)."""
+    out, skip_next = [], False
+    takes_value = {"-k", "-m", "-p", "-c", "-o", "--deselect", "--durations", "--rootdir", "--basetemp"}
+    for a in pytest_args:
+        if skip_next:
+            out.append(a)
+            skip_next = False
+        elif a.startswith("-"):
+            out.append(a)
+            skip_next = a in takes_value
+        # a path or a node id: the collected ids stand for it
+    return out
+
+
+def _summary(log: str) -> str:
+    lines = [line for line in log.splitlines() if _COUNTS.search(line) and " in " in line]
+    return lines[-1].strip("= ") if lines else "(no summary: the job stopped before pytest printed one)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--timeout", type=float, default=None, help="seconds before a job gets SIGINT")
+    parser.add_argument("--logs", default="parallel-tests-logs")
+    parser.add_argument("pytest_args", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    pytest_args = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
+    if args.jobs < 1:
+        parser.error("--jobs must be at least 1")
+    ids = _collect(pytest_args)
+    shards = [ids[i :: args.jobs] for i in range(min(args.jobs, len(ids)))]
+    os.makedirs(args.logs, exist_ok=True)
+    options = _options(pytest_args)
+    jobs = []
+    for n, shard in enumerate(shards):
+        log = open(os.path.join(args.logs, f"job-{n}.log"), "w")
+        proc = subprocess.Popen([sys.executable, "-m", "pytest", *options, *shard], stdout=log,
+                                stderr=subprocess.STDOUT)  # fmt: skip
+        jobs.append((n, proc, log, len(shard)))
+    print(f"{len(ids)} tests in {len(jobs)} jobs (logs in {args.logs}/)", flush=True)
+    start = time.monotonic()
+    stopped: set[int] = set()
+    while any(proc.poll() is None for _, proc, _, _ in jobs):
+        late = args.timeout is not None and time.monotonic() - start > args.timeout
+        for n, proc, _, _ in jobs:
+            if late and proc.poll() is None:
+                if n not in stopped:
+                    proc.send_signal(signal.SIGINT)  # pytest prints its summary and exits
+                    stopped.add(n)
+                elif time.monotonic() - start > args.timeout + 30:
+                    proc.kill()  # ignored SIGINT for 30 s
+        time.sleep(0.5)
+    totals: dict[str, int] = {}
+    ok = True
+    for n, proc, log, count in jobs:
+        log.close()
+        with open(log.name) as f:
+            text = f.read()
+        summary = _summary(text)
+        for number, kind in _COUNTS.findall(summary):
+            kind = "errors" if kind.startswith("error") else kind
+            totals[kind] = totals.get(kind, 0) + int(number)
+        state = "stopped" if n in stopped else f"exit {proc.returncode}"
+        print(f"job {n} ({count} tests, {state}): {summary}")
+        ok = ok and proc.returncode in (0, 5) and n not in stopped
+    print("total: " + ", ".join(f"{v} {k}" for k, v in sorted(totals.items())) + f" of {len(ids)} tests")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

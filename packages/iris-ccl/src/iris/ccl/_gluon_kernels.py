@@ -52,6 +52,13 @@ _EXIT_WAIT = gl.constexpr(EVENTS["exit wait"])
 
 
 @_internals.target_builtin
+def _polls_per_clock(warp_size):
+    """Polls of a wait between two readings of the clock (``protocol.POLLS_PER_CLOCK``): compiled,
+    that many; on CPU ranks (``warp_size`` None), every poll."""
+    return 1 if warp_size is None else protocol.POLLS_PER_CLOCK
+
+
+@_internals.target_builtin
 def _tile_layout(block, num_warps, dtype, warp_size):
     """The 1-D layout of a ``block``-element tile of ``dtype`` over ``num_warps`` warps.
 
@@ -201,13 +208,18 @@ def _await(ctx, flags, sync, epoch, FLAGS: gl.constexpr, SCOPE: gl.constexpr, GR
     if (done == 0) & (quit == 0):  # not there yet: wait, with the clock running
         timeout = mops.wait_timeout_ns(ctx.context_ptr)
         start = mops.clock_ns()
-        waited = mops.elapsed_ns(ctx.context_ptr, start)  # -1: this rank's context holds an error
+        waited = start * 0  # -1 once this rank's context holds an error (elapsed_ns)
+        EVERY: gl.constexpr = _polls_per_clock()
+        polls = 0
         # Every value the loop branches on is the same on every thread (the poll is an atomic,
-        # elapsed_ns agrees), so the program's warps leave it at the same poll.
+        # elapsed_ns agrees, the poll count is shared), so the program's warps leave it at the same
+        # poll. The clock is read every EVERY polls (protocol.POLLS_PER_CLOCK; CPU ranks: every poll).
         while (done == 0) & (quit == 0) & (waited >= 0) & (waited < timeout):
             got = _poll(ctx, ptrs, SCOPE)
             done, quit = _look(got, epoch, g, real)
-            waited = mops.elapsed_ns(ctx.context_ptr, start)
+            polls += 1
+            if polls % EVERY == 0:
+                waited = mops.elapsed_ns(ctx.context_ptr, start)
         if (done == 0) & (waited >= 0) & (quit == 0):  # the deadline: give up on the missing ranks
             missing = (g == 0) & real & (got < epoch)
             old = ctx.atomic_cas(ptrs, gl.where(missing, got, _NEVER), gl.where(missing, got * 0 - epoch, _NEVER), ctx.rank,

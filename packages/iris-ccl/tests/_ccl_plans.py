@@ -201,7 +201,7 @@ def same_objects(rank, world_size, backend):
     try:
         xs = [sample((ROWS * world_size, 3), torch.float32, 1, r) for r in range(world_size)]
         x = mem.heap_tensor(xs[rank], "the loop's tensor")
-        check("loop", x, xs, n_calls=4)  # the first call records, the second replays by key, then none
+        check("loop", x, xs, n_calls=5)  # records, replays by key twice (then remembered), then none
         check("an equal config, another object", x, xs)  # cfg() builds a new Config per call already
         # New memory under the same object: another heap tensor of the same shape.
         other = mem.heap_tensor(xs[rank], "the new memory")
@@ -226,6 +226,17 @@ def same_objects(rank, world_size, backend):
         mem.heap_tensor(torch.zeros(4), "a block allocated in between")
         out["generation moved"] = heap.generation != generation
         check("after an allocation", x, small)
+        # A new view for every call (x.view(-1)): replayed by key, never remembered.
+        entries = len(ws.recent)
+        before = len(keys)
+        for i in range(4):
+            x.copy_(small[rank])
+            ccl.all_reduce(x.view(-1), config=c)
+            settle(heap)
+            if not same(x, reference_reduce(small, "sum")):
+                out["wrong"].append(f"a new view per call: call {i}")
+        out["keyed"]["a new view per call"] = len(keys) - before
+        out["entries from views"] = len(ws.recent) - entries
         # A tensor made after the loop's tensor is gone: a reused id must not find its entry.
         y = mem.heap_tensor(xs[rank], "the tensor that goes")
         check("before it goes", y, xs)

@@ -39,18 +39,22 @@ def test_a_planned_call_raises_a_pending_error_and_waits_for_reset(world, backen
 @pytest.mark.parametrize("world_size", [1, 2])
 def test_a_loop_on_the_same_tensors_skips_the_key_and_sees_every_change(world, backend, world_size):
     """``plans.replay_recent``: the same tensor objects again launch their plan without building
-    its key, unless anything the key holds changed under them."""
+    its key, unless anything the key holds changed under them; new views for every call are
+    replayed by key and never remembered."""
     for rank, res in enumerate(world.run(P.same_objects, world_size, backend)):
         assert not res["wrong"], f"rank {rank}: {res['wrong']}"
         keyed = res["keyed"]
-        # the first call records (a key), the second replays by key (one more), then none
-        assert keyed["loop"] == 2, f"rank {rank}: {keyed}"
+        # the first call records (a key), the next two replay by key (the second of them on the
+        # same objects is remembered), then none
+        assert keyed["loop"] == 3, f"rank {rank}: {keyed}"
         assert keyed["an equal config, another object"] == 0, f"rank {rank}: {keyed}"
         # a change under the same object: every call builds a key again until one replays by key
         for case in ("same object, new memory", "same object and memory, another dtype", "resized in place",
                      "after reset"):  # fmt: skip
             assert keyed[case] >= 2, f"rank {rank}: {case} took the shortcut: {keyed}"
         assert keyed["after an allocation"] == 0 and res["generation moved"], f"rank {rank}: {keyed}"
+        # views made anew for each call: every call by key, and nothing remembered for them
+        assert keyed["a new view per call"] == 4 and res["entries from views"] == 0, f"rank {rank}: {res}"
         if res["id reused"]:
             assert keyed["a plain tensor at the reused id"] >= 2, f"rank {rank}: {keyed}"
         assert res["entries before reset"] >= 1 and res["entries after reset"] == 0, f"rank {rank}: {res}"

@@ -60,9 +60,9 @@ def _start(name: str, heap, config, extras: tuple, tensors: tuple, check=None):
     just launched again (``iris.ccl.plans``: no check runs twice). ``layout``: the tensors' memory
     order (one tensor's, or the pair's, which must agree). ``check(*tensors, world_size)``: the
     collective's own shape checks, after the tensors' common ones."""
+    heap = check_heap(heap)
     if plans.replay_recent(heap, name, config, extras, tensors):
         return None
-    heap = check_heap(heap)
     key = plans.call_key(heap, name, config, extras, tensors)
     if plans.replay(heap, key, tensors):
         return None

@@ -17,8 +17,6 @@ import weakref
 
 import torch
 
-import iris.heap
-
 from . import _internals, _launch
 from .arguments import flat
 from .config import DEFAULT, Config
@@ -38,7 +36,7 @@ class Plan:
     under the interpreter; a copy is between a (flat) tensor of the call and a staging view.
     """
 
-    __slots__ = ("name", "gpu", "steps", "device", "buffers", "launches")
+    __slots__ = ("name", "gpu", "steps", "device", "buffers", "launches", "last")
 
     def __init__(self, name: str, gpu: bool):
         self.name, self.gpu = name, gpu
@@ -46,6 +44,7 @@ class Plan:
         self.device = _internals.current_device() if gpu else -1
         self.buffers: dict[str, torch.Tensor] = {}  # staging role -> the whole buffer the steps use
         self.launches = 0
+        self.last: tuple | None = None  # weak references to the tensors of the last replay by key
 
     def add_launch(self, kernel, grid, args, constexprs, warps, tensors) -> None:
         """Record a launch just made (``steps`` becomes None when it cannot be repeated as is)."""
@@ -142,7 +141,11 @@ def call_key(heap, name: str, config, scalars: tuple, tensors: tuple):
 
 def replay(heap, key, tensors: tuple) -> bool:
     """Launch the plan recorded for ``key``, if there is one (False: the call takes the full path).
-    A call launched this way is remembered (``replay_recent``) for the next one on the same tensors."""
+
+    The second call in a row launched this way on the same tensor objects is remembered for the
+    next (``replay_recent``). Only the second: a loop that makes new views for every call (``x[:n]``,
+    ``x.view(-1)``) never finds a remembered call, so it pays nothing to remember one.
+    """
     if key is None:
         return False
     ws = workspace_of(heap)
@@ -153,10 +156,22 @@ def replay(heap, key, tensors: tuple) -> bool:
     if plan is None or not plan.valid(ws):
         return False
     _run(ws, plan, tensors)
-    if len(ws.recent) >= MAX_PLANS:
-        ws.recent.clear()
-    ws.recent[(*key[:3], *map(id, tensors))] = _Recent(heap, plan, tensors)  # key[:3]: name, config, scalars
+    last = plan.last
+    if last is not None and _same_objects(last, tensors):
+        if len(ws.recent) >= MAX_PLANS:
+            ws.recent.clear()
+        ws.recent[(*key[:3], *map(id, tensors))] = _Recent(heap, plan, last, tensors)  # name, config, scalars
+    else:
+        plan.last = (weakref.ref(tensors[0]),) if len(tensors) == 1 else tuple(map(weakref.ref, tensors))
     return True
+
+
+def _same_objects(refs: tuple, tensors: tuple) -> bool:
+    if len(refs) != len(tensors):
+        return False
+    if len(tensors) == 1:
+        return refs[0]() is tensors[0]
+    return all(r() is t for r, t in zip(refs, tensors))
 
 
 class _Recent:
@@ -166,9 +181,9 @@ class _Recent:
 
     __slots__ = ("plan", "refs", "props", "symmetric", "generation")
 
-    def __init__(self, heap, plan: Plan, tensors: tuple):
+    def __init__(self, heap, plan: Plan, refs: tuple, tensors: tuple):
         self.plan = plan
-        self.refs = tuple(weakref.ref(t) for t in tensors)
+        self.refs = refs
         self.props = tuple((t.data_ptr(), t.shape, t.stride(), t.dtype) for t in tensors)
         self.symmetric = tuple(heap.is_symmetric(t) for t in tensors)
         self.generation = heap.generation
@@ -176,8 +191,9 @@ class _Recent:
 
 def replay_recent(heap, name: str, config, scalars: tuple, tensors: tuple) -> bool:
     """``replay`` for the common case of a loop, with less host time: the same collective, config
-    and scalars on the very same tensor objects as a call that ran from its plan (False: look the
-    plan up by key, or take the full path).
+    and scalars on the very same tensor objects as the calls before, which ran from their plan
+    (False: look the plan up by key, or take the full path). ``heap``: an open heap
+    (``arguments.check_heap``'s).
 
     The tensors are the same objects (a weak reference, so a new tensor at a reused ``id`` is not
     taken for an old one) with the same address, shape, strides and dtype: the key's device
@@ -189,10 +205,6 @@ def replay_recent(heap, name: str, config, scalars: tuple, tensors: tuple) -> bo
     a loop, the checks inline.
     """
     try:
-        if heap is None:
-            heap = iris.heap.default_heap()  # an open heap
-        elif heap.closed:
-            return False
         ws = existing_workspace(heap)
         if ws is None:
             return False
@@ -215,8 +227,8 @@ def replay_recent(heap, name: str, config, scalars: tuple, tensors: tuple) -> bo
                 if (ref() is not t or t.data_ptr() != ptr or t.shape != shape or t.stride() != stride
                         or t.dtype is not dtype):  # fmt: skip
                     return False
-    except (AttributeError, TypeError, iris.heap.HeapError):  # not a heap, unhashable scalars, no heap
-        return False  # the full path says what is wrong
+    except (AttributeError, TypeError):  # unhashable scalars, not tensors: the full path says what is wrong
+        return False
     if recent.generation != heap.generation:
         if tuple(heap.is_symmetric(t) for t in tensors) != recent.symmetric:
             return False

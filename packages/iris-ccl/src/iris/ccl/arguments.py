@@ -48,9 +48,10 @@ MAX_PERMUTED_DIMS = 8
 
 def check_heap(heap):
     """The heap a collective runs on: ``heap``, or the default heap; it must be open."""
-    if heap is not None and not isinstance(heap, iris.heap.SymmetricHeap):
+    if heap is None:
+        return iris.heap.default_heap()  # an open one, or HeapError
+    if not isinstance(heap, iris.heap.SymmetricHeap):
         raise TypeError(f"heap must be an iris.heap.SymmetricHeap or None, got {type(heap).__name__}")
-    heap = heap if heap is not None else iris.heap.default_heap()
     if heap.closed:
         raise iris.heap.HeapClosedError("the heap given to the collective is closed")
     return heap

@@ -160,7 +160,8 @@ def replay(heap, key, tensors: tuple) -> bool:
     if last is not None and _same_objects(last, tensors):
         if len(ws.recent) >= MAX_PLANS:
             ws.recent.clear()
-        ws.recent[(*key[:3], *map(id, tensors))] = _Recent(heap, plan, last, tensors)  # name, config, scalars
+        # key: name, config, scalars, device, then per tensor what call_key read of it
+        ws.recent[(*key[:3], *map(id, tensors))] = _Recent(heap, plan, last, key[4:])
     else:
         plan.last = (weakref.ref(tensors[0]),) if len(tensors) == 1 else tuple(map(weakref.ref, tensors))
     return True
@@ -181,11 +182,12 @@ class _Recent:
 
     __slots__ = ("plan", "refs", "props", "symmetric", "generation")
 
-    def __init__(self, heap, plan: Plan, refs: tuple, tensors: tuple):
+    def __init__(self, heap, plan: Plan, refs: tuple, parts: tuple):
         self.plan = plan
         self.refs = refs
-        self.props = tuple((t.data_ptr(), t.shape, t.stride(), t.dtype) for t in tensors)
-        self.symmetric = tuple(heap.is_symmetric(t) for t in tensors)
+        # parts: call_key's (address, shape, strides, dtype, device, on the heap) per tensor, read in this call
+        self.props = tuple(p[:4] for p in parts)
+        self.symmetric = tuple(p[5] for p in parts)
         self.generation = heap.generation
 
 
@@ -243,13 +245,9 @@ def replay_recent(heap, name: str, config, scalars: tuple, tensors: tuple) -> bo
 
 
 def _run(ws: Workspace, plan: Plan, tensors: tuple) -> None:
-    """``plan``'s launches, once ``Workspace.check_ready`` passes (its common case inline: no
-    device error recorded, the collectives not broken), counted as ``Workspace.record`` does."""
-    ws.heap.check_device_errors()
-    if ws.broken is not None:
-        ws.check_ready(plan.name)  # raises what stops the collectives
-    ws.launched += plan.launches  # Workspace.record, inline
-    ws.history.append((ws.launched, plan.launches, plan.name))
+    """``plan``'s launches, once the collectives are ready, counted as launched."""
+    ws.check_ready(plan.name)
+    ws.record(plan.name, plan.launches)
     try:
         plan.run(tensors)
     except BaseException as e:

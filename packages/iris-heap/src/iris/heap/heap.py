@@ -86,10 +86,6 @@ def init(size: int = 1 << 30, *, device=None, group=None, transport: str = "auto
 
 def default_heap() -> SymmetricHeap:
     """The most recently created heap that is still open."""
-    if _open:  # the newest first, without an iterator: every collective without heap= asks
-        heap = _open[-1]()
-        if heap is not None and not heap._closed:
-            return heap
     for ref in reversed(_open):
         heap = ref()
         if heap is not None and not heap._closed:

@@ -261,3 +261,41 @@ def same_objects(rank, world_size, backend):
     mem.free()
     heap.check_symmetry()
     return out
+
+
+def _heap_mappings() -> int:
+    """Mappings of heap memory in this process (CPU ranks: the shared-memory transport's memfds)."""
+    with open("/proc/self/maps") as f:
+        return sum("memfd:iris-heap" in line for line in f)
+
+
+def closed_heap_lets_go(rank, world_size, backend):
+    """After collectives that leave plans, same-object entries and staging behind, ``close()``
+    drops the heap's workspace: nothing of iris.ccl keeps the heap's memory viewed (on CPU ranks:
+    mapped) once the caller's own tensors are gone, though the closed heap object lives on."""
+    import gc
+    import weakref
+
+    gc.collect()  # what earlier tasks of this rank process left for the collector goes first
+    before = _heap_mappings() if not torch.cuda.is_available() else None
+    heap = iris.heap.init(HEAP_SIZE)
+    heap.wait_timeout = QUIET
+    c = cfg(backend)
+    x = heap.ones(ROWS * world_size, 3)
+    for _ in range(4):  # a plan, then the same-object shortcut
+        ccl.all_reduce(x, config=c)
+    plain = torch.ones(ROWS * world_size, 3, device=heap.device)
+    ccl.all_reduce(plain, config=c)  # staged: the workspace reserves staging buffers
+    settle(heap)
+    ws = workspace_of(heap)
+    assert ws.plans and ws.recent and ws.staging_buffer("in") is not None, "nothing left behind to let go of"
+    refs = {"workspace": weakref.ref(ws), "sync block": weakref.ref(ws.sync),
+            "staging": weakref.ref(ws.staging_buffer("in"))}  # fmt: skip
+    right = bool((x == world_size**4).all()) and bool((plain == world_size).all())
+    del ws
+    heap.close()
+    del x
+    gc.collect()
+    alive = sorted(name for name, r in refs.items() if r() is not None)
+    mapped = None if before is None else _heap_mappings() - before
+    return {"right": right, "alive": alive, "mapped": mapped, "closed": heap.closed}

@@ -4,6 +4,7 @@ Nothing a plan skips may change a result, an error or the memory a call touches.
 
 import _ccl_plans as P
 import pytest
+import torch
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3])
@@ -58,3 +59,36 @@ def test_a_loop_on_the_same_tensors_skips_the_key_and_sees_every_change(world, b
         if res["id reused"]:
             assert keyed["a plain tensor at the reused id"] >= 2, f"rank {rank}: {keyed}"
         assert res["entries before reset"] >= 1 and res["entries after reset"] == 0, f"rank {rank}: {res}"
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_a_closed_heap_keeps_nothing_of_the_collectives(world, backend, world_size):
+    for rank, res in enumerate(world.run(P.closed_heap_lets_go, world_size, backend)):
+        assert res["right"] and res["closed"], f"rank {rank}: {res}"
+        assert res["alive"] == [], f"rank {rank}: still alive after close(): {res['alive']}"
+        assert res["mapped"] in (None, 0), f"rank {rank}: {res['mapped']} heap mappings left after close()"
+
+
+def test_a_dropped_heap_is_collected_with_its_workspace(backend):
+    """In this process, without a runner keeping the heap: a heap that ran collectives and is
+    dropped without ``close()`` is collected, and its workspace, plans and staging with it."""
+    import gc
+    import weakref
+
+    import iris.ccl as ccl
+    import iris.heap
+    from iris.ccl.workspace import workspace_of
+
+    heap = iris.heap.init(1 << 20)
+    c = ccl.Config(block_size=64, num_programs=1, backend=backend)
+    x = heap.ones(64)
+    for _ in range(4):
+        ccl.all_reduce(x, config=c)
+    ccl.all_reduce(torch.ones(64, device=heap.device), config=c)
+    refs = [weakref.ref(heap), weakref.ref(workspace_of(heap))]
+    if heap.device.type == "cuda":
+        torch.cuda.synchronize()
+    assert bool((x == 1).all())
+    del heap, x
+    gc.collect()
+    assert [r() for r in refs] == [None, None], "the collectives kept a dropped heap (or its workspace) alive"

@@ -23,6 +23,10 @@ _log = get_logger("ccl")
 
 __all__ = ["Workspace", "existing_workspace", "workspace_of"]
 
+# A workspace holds its heap weakly (``Workspace.heap``) and the heap holds no strong reference to
+# the workspace; both ``_workspaces`` and ``_last`` let go of it when the heap closes or is
+# collected. So the collectives never keep a heap, or the memory their views (sync block, staging,
+# plans) span, alive after the user's own references are gone.
 _workspaces: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _last: list = [lambda: None, None]  # (a weak reference to the heap last looked up, its workspace)
 SYNC = "iris.ccl.sync"
@@ -54,7 +58,7 @@ class Workspace:
     """
 
     def __init__(self, heap):
-        self.heap = heap
+        self._heap = weakref.ref(heap)  # the heap holds this workspace (its error translator): no cycle
         w = heap.world_size
         self.flags = 1 << max(0, w - 1).bit_length()
         #: The memory scope of the protocol's atomics: "gpu" when every rank runs on this one device
@@ -74,18 +78,27 @@ class Workspace:
         self.plans: dict = {}  # call key -> the launches it made (iris.ccl.plans.Plan)
         self.recent: dict = {}  # calls on the same tensor objects as a planned one (iris.ccl.plans.replay_recent)
         self._names: list[str] = []
-        heap.add_error_translator(self._translate)
+        me = weakref.ref(self)
+        # The heap holds neither this workspace nor its views: it would keep them (and the memory
+        # they view) mapped for as long as the heap object lives, closed or not.
+        heap.add_error_translator(lambda heap, error: None if me() is None else me()._translate(heap, error))
+        heap.add_close_hook(_drop)
         untouched = heap.reservations()[SYNC].untouched
         _log.debug("collectives' sync block reserved: %d bytes, %d flag lanes%s", words * 8, f,
                    "" if untouched else ", reused memory: a barrier before any signal")  # fmt: skip
         if not untouched:
             heap.barrier()  # reused memory was zeroed here only: every rank's zeros land before any signal
 
+    @property
+    def heap(self):
+        """The heap this workspace belongs to (alive while anything can reach the workspace)."""
+        return self._heap()
+
     def check_ready(self, name: str) -> None:
         """Raise what stops any collective on this heap before it publishes anything: an error an
         earlier (asynchronous) collective recorded (read without a sync), or an error raised before
         that ``reset()`` has not cleared."""
-        heap = self.heap
+        heap = self._heap()
         heap.check_device_errors()
         if self.broken is not None:
             raise CollectiveError(
@@ -186,7 +199,7 @@ def workspace_of(heap) -> Workspace:
     ws = existing_workspace(heap)
     if ws is None:
         ws = _workspaces[heap] = Workspace(heap)
-        _last[:] = [weakref.ref(heap), ws]
+        _last[:] = [weakref.ref(heap, _forget), ws]
     return ws
 
 
@@ -197,5 +210,19 @@ def existing_workspace(heap) -> Workspace | None:
         return ws
     ws = _workspaces.get(heap)
     if ws is not None:
-        _last[:] = [weakref.ref(heap), ws]
+        _last[:] = [weakref.ref(heap, _forget), ws]
     return ws
+
+
+def _drop(heap) -> None:
+    """``heap`` closed: its workspace goes (with its plans and staging), so nothing of the
+    collectives keeps the heap's memory mapped."""
+    _workspaces.pop(heap, None)
+    if _last[0]() is heap:
+        _last[:] = [lambda: None, None]
+
+
+def _forget(ref) -> None:
+    """The heap last looked up was collected: let go of its workspace."""
+    if _last[0] is ref:
+        _last[:] = [lambda: None, None]

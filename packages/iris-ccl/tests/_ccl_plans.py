@@ -271,8 +271,9 @@ def _heap_mappings() -> int:
 
 def closed_heap_lets_go(rank, world_size, backend):
     """After collectives that leave plans, same-object entries and staging behind, ``close()``
-    drops the heap's workspace: nothing of iris.ccl keeps the heap's memory viewed (on CPU ranks:
-    mapped) once the caller's own tensors are gone, though the closed heap object lives on."""
+    drops the workspace's views: nothing of iris.ccl keeps the heap's memory viewed (on CPU ranks:
+    mapped) once the caller's own tensors are gone, though the closed heap object lives on; a
+    collective on it then says the heap is closed."""
     import gc
     import weakref
 
@@ -289,13 +290,34 @@ def closed_heap_lets_go(rank, world_size, backend):
     settle(heap)
     ws = workspace_of(heap)
     assert ws.plans and ws.recent and ws.staging_buffer("in") is not None, "nothing left behind to let go of"
-    refs = {"workspace": weakref.ref(ws), "sync block": weakref.ref(ws.sync),
-            "staging": weakref.ref(ws.staging_buffer("in"))}  # fmt: skip
+    refs = {"sync block": weakref.ref(ws.sync), "staging": weakref.ref(ws.staging_buffer("in"))}
     right = bool((x == world_size**4).all()) and bool((plain == world_size).all())
-    del ws
     heap.close()
     del x
     gc.collect()
     alive = sorted(name for name, r in refs.items() if r() is not None)
+    alive += [name for name in ("plans", "recent") if getattr(ws, name)]
     mapped = None if before is None else _heap_mappings() - before
-    return {"right": right, "alive": alive, "mapped": mapped, "closed": heap.closed}
+    after = raised(lambda: ccl.all_reduce(torch.ones(3), heap=heap, config=c))
+    return {"right": right, "alive": alive, "mapped": mapped, "closed": heap.closed, "after": summary(after)}
+
+
+def error_named_after_close(rank, world_size, backend):
+    """The last rank skips an asynchronous all_reduce; the others' kernels give up and record it.
+    ``close()`` (which waits for the device) comes before anyone looks: the error is still raised
+    as the collectives name it, though close() dropped their workspace's memory."""
+    import time
+
+    heap = iris.heap.init(HEAP_SIZE)
+    heap.wait_timeout = QUIET
+    c = cfg(backend, variant="two_shot")
+    x = heap.ones(ROWS * world_size, 3)
+    ccl.all_reduce(x, config=c)  # every kernel compiled and the workspace made on every rank
+    settle(heap)
+    heap.wait_timeout = 0.5
+    dist.barrier()
+    if rank != world_size - 1:
+        ccl.all_reduce(x, config=c)  # returns at once; its kernel gives up after 0.5 s
+    time.sleep(1.0)
+    heap.close()
+    return summary(raised(heap.check_device_errors))

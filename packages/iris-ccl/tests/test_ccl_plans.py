@@ -67,6 +67,7 @@ def test_a_closed_heap_keeps_nothing_of_the_collectives(world, backend, world_si
         assert res["right"] and res["closed"], f"rank {rank}: {res}"
         assert res["alive"] == [], f"rank {rank}: still alive after close(): {res['alive']}"
         assert res["mapped"] in (None, 0), f"rank {rank}: {res['mapped']} heap mappings left after close()"
+        assert res["after"] is not None and res["after"]["type"] == "HeapClosedError", f"rank {rank}: {res['after']}"
 
 
 def test_a_dropped_heap_is_collected_with_its_workspace(backend):
@@ -92,3 +93,10 @@ def test_a_dropped_heap_is_collected_with_its_workspace(backend):
     del heap, x
     gc.collect()
     assert [r() for r in refs] == [None, None], "the collectives kept a dropped heap (or its workspace) alive"
+
+
+def test_an_error_recorded_before_close_is_named_after_it(world, backend):
+    errors = world.run(P.error_named_after_close, 2, backend)
+    assert errors[1] is None, f"the skipping rank: {errors[1]}"
+    assert errors[0] is not None and errors[0]["type"] == "CollectiveTimeoutError", f"rank 0: {errors[0]}"
+    assert errors[0]["missing_rank"] == 1 and errors[0]["collective"] == "all_reduce", f"rank 0: {errors[0]}"

@@ -171,16 +171,19 @@ def _hex(offset: int) -> str:
     return "none" if offset < 0 else f"{offset:#x}"
 
 
-def translate_error(heap, error, name_of_epoch) -> Exception | None:
+def translate_error(heap, error, ws) -> Exception | None:
     """The collectives' exception for a device error of theirs (``heap.add_error_translator``).
 
-    ``name_of_epoch(epoch)`` gives the collective that ran at an epoch, as far as the host knows.
+    ``ws``: the heap's ``Workspace``, whose ``name_of(epoch)`` gives the collective that ran at an
+    epoch (as far as the host knows) and ``flag_owner(offset)`` the flag at a heap offset.
     """
+    name_of_epoch = ws.name_of
     rank = heap.rank
     after = "Call iris.ccl.reset() on every rank before the next collective."
     if error.code == abi.ERROR_COLLECTIVE_TIMEOUT:
         name = name_of_epoch(error.value)
-        phase = "exit" if error.detail and _is_exit(heap, error.detail) else "entry"
+        owner = ws.flag_owner(error.detail) if error.detail else None
+        phase = "exit" if owner is not None and owner[0] == "exit" else "entry"
         doing = "reach" if phase == "entry" else "finish"
         return CollectiveTimeoutError(
             f"{name} timed out on rank {rank}: rank {error.peer} did not {doing} it within "
@@ -218,9 +221,3 @@ def translate_error(heap, error, name_of_epoch) -> Exception | None:
             collective=str(name), field=field, values={rank: mine, error.peer: theirs}, rank=rank,
         )  # fmt: skip
     return None
-
-
-def _is_exit(heap, offset: int) -> bool:
-    from .workspace import workspace_of
-
-    return workspace_of(heap).flag_owner(offset)[0] == "exit"

@@ -23,10 +23,11 @@ _log = get_logger("ccl")
 
 __all__ = ["Workspace", "existing_workspace", "workspace_of"]
 
-# A workspace holds its heap weakly (``Workspace.heap``) and the heap holds no strong reference to
-# the workspace; both ``_workspaces`` and ``_last`` let go of it when the heap closes or is
-# collected. So the collectives never keep a heap, or the memory their views (sync block, staging,
-# plans) span, alive after the user's own references are gone.
+# A workspace holds its heap weakly (``Workspace.heap``; the heap holds the workspace through its
+# error translator), and ``_workspaces`` and ``_last`` let go of it when the heap closes (the
+# workspace then drops its views of the heap's memory) or is collected. So the collectives never
+# keep a heap, or the memory their views (sync block, staging, plans) span, alive after the
+# user's own references are gone.
 _workspaces: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _last: list = [lambda: None, None]  # (a weak reference to the heap last looked up, its workspace)
 SYNC = "iris.ccl.sync"
@@ -68,6 +69,7 @@ class Workspace:
         f = self.flags
         words = (3 + 2 * protocol.DESC_SLOTS) * f + 4
         self.sync = heap.reserve(SYNC, words * 8).view(torch.int64)
+        self._sync_offset = heap.offset(self.sync)  # for naming flags after close() too
         self.entry, self.exit, self.abandon = self.sync[:f], self.sync[f : 2 * f], self.sync[2 * f : 3 * f]
         self.desc = self.sync[3 * f : (3 + 2 * protocol.DESC_SLOTS) * f]
         self.state = self.sync[(3 + 2 * protocol.DESC_SLOTS) * f :]
@@ -78,10 +80,7 @@ class Workspace:
         self.plans: dict = {}  # call key -> the launches it made (iris.ccl.plans.Plan)
         self.recent: dict = {}  # calls on the same tensor objects as a planned one (iris.ccl.plans.replay_recent)
         self._names: list[str] = []
-        me = weakref.ref(self)
-        # The heap holds neither this workspace nor its views: it would keep them (and the memory
-        # they view) mapped for as long as the heap object lives, closed or not.
-        heap.add_error_translator(lambda heap, error: None if me() is None else me()._translate(heap, error))
+        heap.add_error_translator(self._translate)  # names the collectives' device errors, after close() too
         heap.add_close_hook(_drop)
         untouched = heap.reservations()[SYNC].untouched
         _log.debug("collectives' sync block reserved: %d bytes, %d flag lanes%s", words * 8, f,
@@ -134,7 +133,7 @@ class Workspace:
         return int(self.state[1].item())
 
     def _translate(self, heap, error):
-        exc = protocol.translate_error(heap, error, self.name_of)
+        exc = protocol.translate_error(heap, error, self)
         if exc is not None and self.broken is None:  # every error of the collectives poisons them until reset()
             self.mark_broken(f"an earlier error ({type(exc).__name__}: {str(exc).split('. ')[0]})")
         return exc
@@ -175,11 +174,19 @@ class Workspace:
 
     def flag_owner(self, offset: int) -> tuple[str, int] | None:
         """Which flag (``"entry"``/``"exit"``/``"abandon"``, rank) sits at heap ``offset``, if any."""
-        start = self.heap.offset(self.sync)
-        index = (offset - start) // 8
+        index = (offset - self._sync_offset) // 8
         if 0 <= index < 3 * self.flags:
             return ("entry", "exit", "abandon")[index // self.flags], index % self.flags
         return None
+
+    def release(self) -> None:
+        """Drop every view of the heap's memory (its ``close()``): the workspace then only names
+        errors (``name_of``, ``flag_owner``)."""
+        self.sync = self.entry = self.exit = self.abandon = self.desc = self.state = None
+        self._staging.clear()
+        self.plans.clear()
+        self.recent.clear()
+        self.broken = "the heap's close()"
 
     def reset(self) -> None:
         """Forget every epoch and give the staging back (``iris.ccl.reset`` runs it on every rank)."""
@@ -215,11 +222,14 @@ def existing_workspace(heap) -> Workspace | None:
 
 
 def _drop(heap) -> None:
-    """``heap`` closed: its workspace goes (with its plans and staging), so nothing of the
-    collectives keeps the heap's memory mapped."""
-    _workspaces.pop(heap, None)
+    """``heap`` closed: no collective finds its workspace again, and the workspace lets go of
+    every view of the heap's memory (sync block, staging, plans), keeping only what names the
+    device errors recorded before (the heap's error translator still holds it)."""
+    ws = _workspaces.pop(heap, None)
     if _last[0]() is heap:
         _last[:] = [lambda: None, None]
+    if ws is not None:
+        ws.release()
 
 
 def _forget(ref) -> None:

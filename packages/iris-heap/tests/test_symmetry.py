@@ -171,35 +171,6 @@ def _default_falls_back_to_the_newest_open_heap(rank, world_size):
         iris.heap.default_heap()
 
 
-def _close_hooks(rank, world_size):
-    """``add_close_hook``: hooks run once at ``close()``, in order, on a heap already closed; a
-    failing hook does not stop the others or leave the heap open, and ``close`` raises it."""
-    heap = iris.heap.init(1 << 16)
-    seen = []
-    with pytest.raises(TypeError, match="callable"):
-        heap.add_close_hook("not a function")
-
-    def first(h):
-        seen.append(("first", h is heap, h.closed))
-
-    def failing(h):
-        seen.append(("failing",))
-        raise RuntimeError("a hook that fails")
-
-    heap.add_close_hook(first)
-    heap.add_close_hook(first)  # once only
-    heap.add_close_hook(failing)
-    heap.add_close_hook(lambda h: seen.append(("last", h.closed)))
-    with pytest.raises(RuntimeError, match="a hook that fails"):
-        heap.close()
-    assert seen == [("first", True, True), ("failing",), ("last", True)], seen
-    assert heap.closed
-    heap.close()  # idempotent: the hooks do not run again
-    assert len(seen) == 3
-    with pytest.raises(iris.heap.HeapClosedError):
-        heap.add_close_hook(first)
-
-
 test_offsets_are_symmetric = on_ranks(_same_offsets, WORLD_SIZES)
 test_peer_views_write_into_neighbours = on_ranks(_peer_views_write_neighbours, WORLD_SIZES)
 test_every_rank_reads_every_peer = on_ranks(_every_rank_reads_every_peer, [2, 4])
@@ -210,4 +181,3 @@ test_check_symmetry_names_the_first_difference = on_ranks(_asymmetry_is_detected
 test_ranks_must_agree_on_the_heap_size = on_ranks(_mismatched_sizes_fail_on_every_rank, [2])
 test_context_manager_closes_and_clears_default = on_ranks(_context_manager_and_default, [1, 2])
 test_default_heap_falls_back_to_the_newest_open_heap = on_ranks(_default_falls_back_to_the_newest_open_heap, [1, 2])
-test_close_hooks_run_once_in_order_and_every_one_runs = on_ranks(_close_hooks, [1, 2])

@@ -136,7 +136,6 @@ class SymmetricHeap(TensorFactories):
         self._reserved: dict[str, Reservation] = {}
         self._record = ErrorRecord(self.device)
         self._translators: list[Callable] = []
-        self._close_hooks: list[Callable] = []
         self._pending: BaseException | None = None  # a device error the watchdog found, raised next
         self._error_lock = threading.Lock()  # the watchdog thread polls too
         self._watchdog: Watchdog | None = None
@@ -174,7 +173,6 @@ class SymmetricHeap(TensorFactories):
         if self._closed:
             return
         _logger.debug("close(): waiting for the device and every rank")
-        failure = None
         try:
             if self.watchdog_running:
                 self._watchdog.stop()
@@ -193,16 +191,7 @@ class SymmetricHeap(TensorFactories):
             self.generation += 1
             self._reserved.clear()
             _open[:] = [r for r in _open if r() is not None and r() is not self]
-            hooks, self._close_hooks = self._close_hooks, []
-            for hook in hooks:  # every one runs; the first failure is raised after them
-                try:
-                    hook(self)
-                except BaseException as e:  # noqa: BLE001 - re-raised below
-                    _logger.error("a close hook (%r) failed: %s: %s", hook, type(e).__name__, e)
-                    failure = failure or e
             _logger.info("heap closed (memory that live tensors still view stays mapped until they go)")
-        if failure is not None:
-            raise failure
 
     def __enter__(self) -> SymmetricHeap:
         return self
@@ -531,21 +520,6 @@ class SymmetricHeap(TensorFactories):
             raise TypeError(f"add_error_translator() takes a callable, got {translate!r}")
         if translate not in self._translators:
             self._translators.append(translate)
-
-    def add_close_hook(self, hook: Callable) -> None:
-        """Let a layer above drop what it keeps for this heap when the heap closes.
-
-        ``hook(heap)`` runs once, at ``close()``, after the heap is marked closed (on every rank,
-        as ``close`` is collective), in the order hooks were added; a layer that keeps views of the
-        heap's memory (workspaces, staging) lets go of them there, so the memory is unmapped once
-        the user's own tensors are gone. Every hook runs even if one raises; ``close`` then raises
-        the first failure. A heap already closed refuses new hooks (``HeapClosedError``).
-        """
-        if not callable(hook):
-            raise TypeError(f"add_close_hook() takes a callable, got {hook!r}")
-        self._check_open()
-        if hook not in self._close_hooks:
-            self._close_hooks.append(hook)
 
     def _poll_device_error(self) -> BaseException | None:
         """The pending device error as an exception (kept pending until raised). Never syncs."""

@@ -483,7 +483,8 @@ def relaunch(rank, world_size, backend):
 def cuda_graph(rank, world_size, backend):
     """GPU: collectives captured into a CUDA graph and replayed (inputs refilled between replays)
     give torch's results on every replay, heap and non-heap tensors alike, and eager collectives
-    before and after the replays are unaffected."""
+    before and after the replays are unaffected; a replay after ``close()`` raises
+    HeapClosedError."""
     heap = iris.heap.init(1 << 24)
     w, dev = world_size, heap.device
     cfg = ccl.Config(backend=backend)
@@ -531,6 +532,18 @@ def cuda_graph(rank, world_size, backend):
     collectives()  # eager again, after the replays
     check(9)
     dist.barrier(group=heap.group)
+    # Replayed after close() (the heap object still alive): every kernel finds the heap closed,
+    # records it and touches nothing of a peer; the memory it still writes (the collectives' sync
+    # block) stays mapped while the heap object lives, so nothing faults.
+    heap.close()
+    graph.replay()
+    torch.cuda.synchronize(dev)
+    try:
+        heap.check_device_errors()
+    except iris.heap.HeapClosedError:
+        pass
+    else:
+        raise AssertionError(f"rank {rank}: a graph replayed after close() recorded no HeapClosedError")
 
 
 def no_host_sync(rank, world_size, backend):

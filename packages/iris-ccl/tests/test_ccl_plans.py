@@ -62,17 +62,18 @@ def test_a_loop_on_the_same_tensors_skips_the_key_and_sees_every_change(world, b
 
 
 @pytest.mark.parametrize("world_size", [1, 2])
-def test_a_closed_heap_keeps_nothing_of_the_collectives(world, backend, world_size):
-    for rank, res in enumerate(world.run(P.closed_heap_lets_go, world_size, backend)):
-        assert res["right"] and res["closed"], f"rank {rank}: {res}"
-        assert res["alive"] == [], f"rank {rank}: still alive after close(): {res['alive']}"
-        assert res["mapped"] in (None, 0), f"rank {rank}: {res['mapped']} heap mappings left after close()"
-        assert res["after"] is not None and res["after"]["type"] == "HeapClosedError", f"rank {rank}: {res['after']}"
+def test_a_plan_run_after_close_records_the_closed_heap_and_writes_nothing(world, backend, world_size):
+    for rank, res in enumerate(world.run(P.replay_after_close, world_size, backend)):
+        assert res["run"] is None, f"rank {rank}: the launches themselves raised: {res['run']}"
+        assert res["error"] is not None and res["error"]["type"] == "HeapClosedError", f"rank {rank}: {res}"
+        assert res["x kept"] and res["canary kept"], f"rank {rank}: memory written after close(): {res}"
+        assert res["call"] is not None and res["call"]["type"] == "HeapClosedError", f"rank {rank}: {res['call']}"
 
 
 def test_a_dropped_heap_is_collected_with_its_workspace(backend):
     """In this process, without a runner keeping the heap: a heap that ran collectives and is
-    dropped without ``close()`` is collected, and its workspace, plans and staging with it."""
+    dropped (closed or not) is collected with its workspace, plans and staging, so its memory is
+    unmapped (CPU: no heap mapping left), not kept for the life of the process."""
     import gc
     import weakref
 
@@ -80,19 +81,28 @@ def test_a_dropped_heap_is_collected_with_its_workspace(backend):
     import iris.heap
     from iris.ccl.workspace import workspace_of
 
-    heap = iris.heap.init(1 << 20)
-    c = ccl.Config(block_size=64, num_programs=1, backend=backend)
-    x = heap.ones(64)
-    for _ in range(4):
-        ccl.all_reduce(x, config=c)
-    ccl.all_reduce(torch.ones(64, device=heap.device), config=c)
-    refs = [weakref.ref(heap), weakref.ref(workspace_of(heap))]
-    if heap.device.type == "cuda":
-        torch.cuda.synchronize()
-    assert bool((x == 1).all())
-    del heap, x
-    gc.collect()
-    assert [r() for r in refs] == [None, None], "the collectives kept a dropped heap (or its workspace) alive"
+    for close in (False, True):
+        gc.collect()
+        before = None if torch.cuda.is_available() else P.heap_mappings()
+        heap = iris.heap.init(1 << 20)
+        c = ccl.Config(block_size=64, num_programs=1, backend=backend)
+        x = heap.ones(64)
+        for _ in range(4):  # a plan, then the same-object shortcut
+            ccl.all_reduce(x, config=c)
+        ccl.all_reduce(torch.ones(64, device=heap.device), config=c)  # staged
+        ws = workspace_of(heap)
+        assert ws.plans and ws.recent and ws.staging_buffer("in") is not None
+        refs = [weakref.ref(heap), weakref.ref(ws), weakref.ref(ws.sync)]
+        if heap.device.type == "cuda":
+            torch.cuda.synchronize()
+        assert bool((x == 1).all())
+        if close:
+            heap.close()
+        del heap, x, ws
+        gc.collect()
+        assert [r() for r in refs] == [None] * 3, f"close={close}: a dropped heap (or its workspace) kept alive"
+        if before is not None:
+            assert P.heap_mappings() == before, f"close={close}: the dropped heap's memory is still mapped"
 
 
 def test_an_error_recorded_before_close_is_named_after_it(world, backend):

@@ -23,11 +23,12 @@ _log = get_logger("ccl")
 
 __all__ = ["Workspace", "existing_workspace", "workspace_of"]
 
-# A workspace holds its heap weakly (``Workspace.heap``; the heap holds the workspace through its
-# error translator), and ``_workspaces`` and ``_last`` let go of it when the heap closes (the
-# workspace then drops its views of the heap's memory) or is collected. So the collectives never
-# keep a heap, or the memory their views (sync block, staging, plans) span, alive after the
-# user's own references are gone.
+# A workspace lives exactly as long as its heap object: the heap holds it (its error translator),
+# it holds the heap weakly, ``_workspaces`` is keyed weakly and ``_last`` lets go when the heap is
+# collected. Its views (sync block, staging) keep the heap's memory mapped until then, closed or
+# not: a CUDA graph that captured collectives and is replayed after ``close()`` still writes the
+# sync block (its kernels find the heap closed and record HeapClosedError), and memory unmapped
+# under it could by then be another heap's.
 _workspaces: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _last: list = [lambda: None, None]  # (a weak reference to the heap last looked up, its workspace)
 SYNC = "iris.ccl.sync"
@@ -59,7 +60,7 @@ class Workspace:
     """
 
     def __init__(self, heap):
-        self._heap = weakref.ref(heap)  # the heap holds this workspace (its error translator): no cycle
+        self._heap = weakref.ref(heap)
         w = heap.world_size
         self.flags = 1 << max(0, w - 1).bit_length()
         #: The memory scope of the protocol's atomics: "gpu" when every rank runs on this one device
@@ -80,8 +81,7 @@ class Workspace:
         self.plans: dict = {}  # call key -> the launches it made (iris.ccl.plans.Plan)
         self.recent: dict = {}  # calls on the same tensor objects as a planned one (iris.ccl.plans.replay_recent)
         self._names: list[str] = []
-        heap.add_error_translator(self._translate)  # names the collectives' device errors, after close() too
-        heap.add_close_hook(_drop)
+        heap.add_error_translator(self._translate)  # the heap holds this workspace; it holds the heap weakly
         untouched = heap.reservations()[SYNC].untouched
         _log.debug("collectives' sync block reserved: %d bytes, %d flag lanes%s", words * 8, f,
                    "" if untouched else ", reused memory: a barrier before any signal")  # fmt: skip
@@ -179,15 +179,6 @@ class Workspace:
             return ("entry", "exit", "abandon")[index // self.flags], index % self.flags
         return None
 
-    def release(self) -> None:
-        """Drop every view of the heap's memory (its ``close()``): the workspace then only names
-        errors (``name_of``, ``flag_owner``)."""
-        self.sync = self.entry = self.exit = self.abandon = self.desc = self.state = None
-        self._staging.clear()
-        self.plans.clear()
-        self.recent.clear()
-        self.broken = "the heap's close()"
-
     def reset(self) -> None:
         """Forget every epoch and give the staging back (``iris.ccl.reset`` runs it on every rank)."""
         self.sync.zero_()
@@ -219,17 +210,6 @@ def existing_workspace(heap) -> Workspace | None:
     if ws is not None:
         _last[:] = [weakref.ref(heap, _forget), ws]
     return ws
-
-
-def _drop(heap) -> None:
-    """``heap`` closed: no collective finds its workspace again, and the workspace lets go of
-    every view of the heap's memory (sync block, staging, plans), keeping only what names the
-    device errors recorded before (the heap's error translator still holds it)."""
-    ws = _workspaces.pop(heap, None)
-    if _last[0]() is heap:
-        _last[:] = [lambda: None, None]
-    if ws is not None:
-        ws.release()
 
 
 def _forget(ref) -> None:

@@ -1,7 +1,6 @@
 """iris.ccl._internals: every private torch and Triton internal iris.ccl touches, checked on the
 installed releases (the test sessions run Triton 3.6 and 3.9), and each fallback where it is missing."""
 
-import importlib.util
 import inspect
 import re
 
@@ -215,21 +214,3 @@ def test_gluon_tiles_take_the_targets_warp_size():
         got = _gluon_kernels._tile_layout(4096, 8, tl.float16, _semantic=_Semantic(warp_size=warp)).value
         assert list(got.threads_per_warp) == [warp] and list(got.warps_per_cta) == [8]
         assert list(got.size_per_thread) == [8]  # one 16-byte vector of fp16 per thread and pass
-
-
-def test_compiled_waits_read_the_clock_every_few_polls_and_cpu_ranks_every_poll():
-    """The kernels' ``_polls_per_clock``: ``protocol.POLLS_PER_CLOCK`` when the code generator calls
-    it (with its semantic), 1 when a CPU rank's interpreter does (without)."""
-    from iris.ccl import _triton_kernels, protocol
-
-    assert protocol.POLLS_PER_CLOCK > 1
-    compiled = _triton_kernels._polls_per_clock(_semantic=_Semantic(warp_size=32))
-    assert compiled.value == protocol.POLLS_PER_CLOCK and _triton_kernels._polls_per_clock().value == 1
-    if importlib.util.find_spec("iris.mem.gluon") is not None:
-        from iris.ccl import _gluon_kernels
-
-        for warp in (32, 64):
-            assert (
-                _gluon_kernels._polls_per_clock(_semantic=_Semantic(warp_size=warp)).value == protocol.POLLS_PER_CLOCK
-            )
-        assert _gluon_kernels._polls_per_clock() == 1

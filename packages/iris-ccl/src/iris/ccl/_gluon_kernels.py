@@ -52,13 +52,6 @@ _EXIT_WAIT = gl.constexpr(EVENTS["exit wait"])
 
 
 @_internals.target_builtin
-def _polls_per_clock(warp_size):
-    """Polls of a wait between two readings of the clock (``protocol.POLLS_PER_CLOCK``): compiled,
-    that many; on CPU ranks (``warp_size`` None), every poll."""
-    return 1 if warp_size is None else protocol.POLLS_PER_CLOCK
-
-
-@_internals.target_builtin
 def _tile_layout(block, num_warps, dtype, warp_size):
     """The 1-D layout of a ``block``-element tile of ``dtype`` over ``num_warps`` warps.
 
@@ -209,11 +202,11 @@ def _await(ctx, flags, sync, epoch, FLAGS: gl.constexpr, SCOPE: gl.constexpr, GR
         timeout = mops.wait_timeout_ns(ctx.context_ptr)
         start = mops.clock_ns()
         waited = start * 0  # -1 once this rank's context holds an error (elapsed_ns)
-        EVERY: gl.constexpr = _polls_per_clock()
+        EVERY: gl.constexpr = mops.polls_per_clock()
         polls = 0
         # Every value the loop branches on is the same on every thread (the poll is an atomic,
         # elapsed_ns agrees, the poll count is shared), so the program's warps leave it at the same
-        # poll. The clock is read every EVERY polls (protocol.POLLS_PER_CLOCK; CPU ranks: every poll).
+        # poll. The clock is read every EVERY polls (iris.mem.common.POLLS_PER_CLOCK; CPU ranks: every poll).
         while (done == 0) & (quit == 0) & (waited >= 0) & (waited < timeout):
             got = _poll(ctx, ptrs, SCOPE)
             done, quit = _look(got, epoch, g, real)

@@ -55,16 +55,6 @@ _REMOTE_STORE = tl.constexpr(EVENTS["remote store"])
 _EXIT_WAIT = tl.constexpr(EVENTS["exit wait"])
 
 
-def _polls_per_clock(_semantic=None):
-    """Polls of a wait between two readings of the clock (``protocol.POLLS_PER_CLOCK``): compiled,
-    that many; on CPU ranks (the interpreter calls this without the code generator's semantic),
-    every poll."""
-    return tl.constexpr(1 if _semantic is None else protocol.POLLS_PER_CLOCK)
-
-
-_polls_per_clock.__triton_builtin__ = True  # compiled: called with the code generator's _semantic
-
-
 # -- the sync block (iris.ccl.workspace): FLAGS-strided int64 arrays -------------------------------
 
 
@@ -214,11 +204,11 @@ def _await(ctx, flags, sync, epoch, FLAGS: tl.constexpr, SCOPE: tl.constexpr, GR
         timeout = mops.wait_timeout_ns(ctx.context_ptr)
         start = mops.clock_ns()
         waited = start * 0  # -1 once this rank's context holds an error (elapsed_ns)
-        EVERY: tl.constexpr = _polls_per_clock()
+        EVERY: tl.constexpr = mops.polls_per_clock()
         polls = 0
         # Every value the loop branches on is the same on every thread (the poll is an atomic,
         # elapsed_ns agrees, the poll count is shared), so the program's warps leave it at the same
-        # poll. The clock is read every EVERY polls (protocol.POLLS_PER_CLOCK; CPU ranks: every poll).
+        # poll. The clock is read every EVERY polls (iris.mem.common.POLLS_PER_CLOCK; CPU ranks: every poll).
         while (done == 0) & (quit == 0) & (waited >= 0) & (waited < timeout):
             got = tl.atomic_add(ptrs, 0, sem="acquire", scope=SCOPE)
             done, quit = _look(got, epoch, g, real)

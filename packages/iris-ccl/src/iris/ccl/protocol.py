@@ -41,10 +41,11 @@ no atomic can read, the device clock and this rank's health word, comes through 
 at least one element per thread gives every thread the same answer from shared memory, so at the
 very deadline the warps of a program still leave the wait at the same poll. That reduction
 crosses the warps through shared memory, so a compiled wait reads the clock only every
-``POLLS_PER_CLOCK`` polls (a branch on the poll count, which every thread shares): a peer that
-arrives is seen one poll later, not one poll and one reduction; the deadline and this rank's
-errors are seen at most ``POLLS_PER_CLOCK`` polls late (microseconds against a bound in seconds).
-CPU ranks read it every poll (a poll there is Python; the clock costs nothing beside it).
+``polls_per_clock()`` polls (the mem layer's, as its own ``wait`` does: a branch on the poll count,
+which every thread shares): a peer that arrives is seen one poll later, not one poll and one
+reduction; the deadline and this rank's errors are seen at most that many polls late
+(microseconds against a bound in seconds). CPU ranks read it every poll (a poll there is Python;
+the clock costs nothing beside it).
 
 Every failure is reported without a host synchronization (the heap's error record) and leaves
 the rank poisoned until ``iris.ccl.reset()`` has run on every rank. Validation that can fail on
@@ -89,8 +90,6 @@ DESC_WORDS = 4
 #: OFF_B, each shifted up by TAG_BITS to carry the epoch's low bits (every payload fits in 55 bits).
 DESC_SLOTS = 5
 TAG_BITS = 8
-#: Polls of a compiled entry or exit wait between two readings of the clock and the error word.
-POLLS_PER_CLOCK = 8
 FIELDS = ("code", "numel", "offset a", "offset b")
 
 KINDS = {"all_reduce": 1, "all_gather": 2, "reduce_scatter": 3, "all_to_all": 4, "broadcast": 5, "barrier": 6}

@@ -47,6 +47,7 @@ __all__ = [
     "clock_ns",
     "wait_timeout_ns",
     "elapsed_ns",
+    "polls_per_clock",
     "record_error",
     "healthy",
     "barrier",
@@ -447,6 +448,17 @@ def _on_cpu(semantic) -> bool:
     return semantic is None or bool(_cpu._state.launches)
 
 
+def polls_per_clock(_semantic=None):
+    """Polls of a bounded wait between two readings of ``elapsed_ns`` (a constexpr): compiled,
+    ``iris.mem.common.POLLS_PER_CLOCK``; on CPU ranks, 1. For layers' own bounded loops:
+    ``if polls % polls_per_clock() == 0:`` keeps every warp on the same branch (the poll count is
+    the same on every thread)."""
+    return gl.constexpr(1 if _on_cpu(_semantic) else _common.POLLS_PER_CLOCK)
+
+
+polls_per_clock.__triton_builtin__ = True  # compiled: called with the code generator's _semantic
+
+
 def _every_thread(_semantic=None):
     """Lanes of the reduction that gives every thread of a program the same value. Compiled: at
     least one per thread (1024 threads: 32 warps of 32, 16 of 64), in a layout that spreads them
@@ -605,7 +617,8 @@ def wait(flag_ptr, value, context_ptr, cmp: gl.constexpr = None):
     when they do. Returns False at once while the context holds an error (recorded before the wait
     or during it), and once the context's bound (``EXT_WAIT_TIMEOUT_NS``, ``heap.wait_timeout``)
     has passed on the device clock (``clock_ns``) with the flags last seen not holding: never
-    sooner, and later by at most one poll. A timeout records ERROR_WAIT_TIMEOUT (``record_error``:
+    sooner, and later by at most ``polls_per_clock()`` polls (the clock and the error word are read
+    every that many polls: microseconds). A timeout records ERROR_WAIT_TIMEOUT (``record_error``:
     the first error wins) with the heap offset and last value of the (lowest-addressed) flag that
     did not hold and the nanoseconds waited, which ``heap.check_device_errors()`` raises as
     ``WaitTimeoutError``. ``cmp``: "==" (None), "!=", ">=", ">", "<=", "<".
@@ -616,11 +629,14 @@ def wait(flag_ptr, value, context_ptr, cmp: gl.constexpr = None):
     waited = elapsed_ns(context_ptr, start)  # -1: the context holds an error
     seen = _poll(flag_ptr)
     done = _every(_holds(seen, value, op))
-    # Every value the loop branches on is the same on every thread (polls are atomics; see
-    # elapsed_ns), so the program's warps leave it at the same poll.
+    EVERY: gl.constexpr = polls_per_clock()
+    polls = 0
+    # Every value the loop branches on is the same on every thread (polls are atomics, see
+    # elapsed_ns; the poll count is shared), so the program's warps leave it at the same poll.
     while (waited >= 0) & (done == 0) & (waited < bound):
-        # The clock before the poll: a wait that gives up saw the flags miss after the bound.
-        waited = elapsed_ns(context_ptr, start)
+        polls += 1
+        if polls % EVERY == 0:  # the clock before the poll: a wait that gives up saw the flags miss after the bound
+            waited = elapsed_ns(context_ptr, start)
         seen = _poll(flag_ptr)
         done = _every(_holds(seen, value, op))
     ok = waited >= 0

@@ -18,6 +18,7 @@ import time
 import triton
 import triton.language as tl
 from iris.heap import context as _abi
+from iris.mem import common as _common
 
 from ._interpreter import INTERPRETED, check_atomic
 
@@ -41,6 +42,7 @@ __all__ = [
     "clock_ns",
     "wait_timeout_ns",
     "elapsed_ns",
+    "polls_per_clock",
     "record_error",
     "healthy",
 ]
@@ -413,6 +415,17 @@ def _program_max(x):
     return tl.max(tl.zeros([LANES], x.dtype) + x, axis=0)
 
 
+def polls_per_clock(_semantic=None):
+    """Polls of a bounded wait between two readings of ``elapsed_ns`` (a constexpr): compiled,
+    ``iris.mem.common.POLLS_PER_CLOCK``; on CPU ranks (the interpreter calls it without the code
+    generator's semantic), 1. For layers' own bounded loops: ``if polls % polls_per_clock() == 0:``
+    keeps every warp on the same branch (the poll count is the same on every thread)."""
+    return tl.constexpr(1 if _semantic is None else _common.POLLS_PER_CLOCK)
+
+
+polls_per_clock.__triton_builtin__ = True  # compiled: called with the code generator's _semantic
+
+
 @triton.jit
 def _no_error(extensions):
     return tl.load(extensions + _ERROR_CODE, volatile=True) == 0
@@ -529,7 +542,8 @@ def wait(flag_ptr, value, context_ptr, cmp: tl.constexpr = None):
     they do. Returns False at once while the context holds an error (recorded before the wait or
     during it), and once the context's bound (``EXT_WAIT_TIMEOUT_NS``, ``heap.wait_timeout``) has
     passed on the device clock (``clock_ns``) with the flags last seen not holding: never sooner,
-    and later by at most one poll. A timeout records ERROR_WAIT_TIMEOUT (``record_error``: the
+    and later by at most ``polls_per_clock()`` polls (the clock and the error word are read every
+    that many polls: microseconds). A timeout records ERROR_WAIT_TIMEOUT (``record_error``: the
     first error wins) with the heap offset and last value of the (lowest-addressed) flag that did
     not hold and the nanoseconds waited, which ``heap.check_device_errors()`` raises as
     ``WaitTimeoutError``. ``cmp``: "==" (None), "!=", ">=", ">", "<=", "<".
@@ -540,11 +554,14 @@ def wait(flag_ptr, value, context_ptr, cmp: tl.constexpr = None):
     waited = elapsed_ns(context_ptr, start)  # -1: the context holds an error
     seen = _poll(flag_ptr)
     done = _every(_holds(seen, value, op))
-    # Every value the loop branches on is the same on every thread (polls are atomics; see
-    # elapsed_ns), so the program's warps leave it at the same poll.
+    EVERY: tl.constexpr = polls_per_clock()
+    polls = 0
+    # Every value the loop branches on is the same on every thread (polls are atomics, see
+    # elapsed_ns; the poll count is shared), so the program's warps leave it at the same poll.
     while (waited >= 0) & (done == 0) & (waited < bound):
-        # The clock before the poll: a wait that gives up saw the flags miss after the bound.
-        waited = elapsed_ns(context_ptr, start)
+        polls += 1
+        if polls % EVERY == 0:  # the clock before the poll: a wait that gives up saw the flags miss after the bound
+            waited = elapsed_ns(context_ptr, start)
         seen = _poll(flag_ptr)
         done = _every(_holds(seen, value, op))
     ok = waited >= 0

@@ -188,6 +188,16 @@ class Conformance:
         for name in package.__all__:
             assert hasattr(package, name), name
 
+    def test_bounded_loops_read_the_clock_every_few_polls_compiled_and_every_poll_on_cpu(self):
+        """``polls_per_clock()``: ``POLLS_PER_CLOCK`` when the code generator calls it (with its
+        semantic), 1 when a CPU rank's interpreter does (without)."""
+        from iris.mem.common import POLLS_PER_CLOCK
+
+        ops = importlib.import_module(f"{self.backend.package}.ops")
+        assert POLLS_PER_CLOCK > 1
+        assert ops.polls_per_clock(_semantic=object()).value == POLLS_PER_CLOCK
+        assert ops.polls_per_clock().value == 1
+
     def test_context_has_every_operation_as_a_method(self):
         context = importlib.import_module(self.backend.package).Context
         for name in OPERATIONS + ["initialize"]:

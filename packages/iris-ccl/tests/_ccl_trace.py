@@ -49,13 +49,21 @@ def _well_formed(events, rank):
     return programs, exits
 
 
+def _enable(heap, max_events: int) -> None:
+    """``heap.tracing.enable``; a GPU heap's calibration reads the device clock (iris.mem.triton's)."""
+    clock = None
+    if heap.device.type == "cuda":
+        from iris.mem.triton import device_clock as clock
+    heap.tracing.enable(max_events, clock=clock)
+
+
 def traced_collectives(rank, world_size, backend):
     """Every collective traced once; each one's events checked against what it must move."""
     heap = iris.heap.init(1 << 22)
     try:
         w, e = world_size, 4
         cfg = ccl.Config(backend=backend, block_size=BLOCK, trace=True)
-        heap.tracing.enable(1 << 14)
+        _enable(heap, 1 << 14)
         x = heap.full((N,), float(rank + 1))
         canary, want = _canary(heap)
         report = {}
@@ -119,12 +127,12 @@ def untraced(rank, world_size, backend):
     heap = iris.heap.init(1 << 22)
     try:
         x = heap.full((N,), 1.0)
-        heap.tracing.enable(1024)
+        _enable(heap, 1024)
         ccl.all_reduce(x, config=ccl.Config(backend=backend, block_size=BLOCK))
         assert _events(heap) == []
         heap.tracing.disable()
         ccl.all_reduce(x, config=ccl.Config(backend=backend, block_size=BLOCK, trace=True))
-        heap.tracing.enable(1024)
+        _enable(heap, 1024)
         assert _events(heap) == [], "a traced collective recorded while tracing was off"
         assert torch.equal(x.cpu(), torch.full((N,), float(world_size**2)))
         return True
@@ -137,7 +145,7 @@ def overflow(rank, world_size, backend):
     and nothing outside the buffer changes."""
     heap = iris.heap.init(1 << 22)
     try:
-        heap.tracing.enable(3)
+        _enable(heap, 3)
         x = heap.full((N,), 1.0)
         canary, want = _canary(heap)
         ccl.all_reduce(x, config=ccl.Config(backend=backend, block_size=BLOCK, trace=True, variant="one_shot"))

@@ -20,8 +20,16 @@ from _ccl_faults import ALLOWANCE
 interpreted = pytest.mark.skipif(torch.cuda.is_available(), reason="injects a failure into interpreted kernels")
 
 
-def within_bound(elapsed: float, timeout: float) -> bool:
-    return timeout <= elapsed <= 1.5 * timeout + ALLOWANCE
+#: How far apart the ranks' calls may start after a host barrier (gloo: milliseconds). A rank that
+#: stops because a peer gave up (CollectiveAbandonedError) stops at that peer's deadline, which may
+#: fall this much before its own: the H100 run of session 24 saw 0.999 s against a 1.0 s bound.
+START_SKEW = 0.1
+
+
+def within_bound(elapsed: float, timeout: float, abandoned: bool = False) -> bool:
+    """A give-up no sooner than the bound (a rank stopped by a peer's give-up: than the bound less
+    START_SKEW) and no later than 1.5x it plus the interpreter's ALLOWANCE."""
+    return timeout - (START_SKEW if abandoned else 0.0) <= elapsed <= 1.5 * timeout + ALLOWANCE
 
 
 def assert_mismatch_error(err, mismatch: F.Mismatch, rank: int, world_size: int) -> None:
@@ -122,7 +130,8 @@ def test_a_skipped_collective_times_out_the_others_within_the_bound_and_the_late
     callers = results[:skipper]
     for rank, res in enumerate(callers):
         assert F.is_skip_error(res["error"], skipper, world_size), f"rank {rank}: {res['error']}"
-        assert within_bound(res["elapsed"], timeout), f"rank {rank} gave up after {res['elapsed']:.3f} s"
+        abandoned = res["error"]["type"] == "CollectiveAbandonedError"
+        assert within_bound(res["elapsed"], timeout, abandoned), f"rank {rank} gave up after {res['elapsed']:.3f} s"
     assert any(res["error"]["type"] == "CollectiveTimeoutError" for res in callers)
     late = results[skipper]
     assert late["late"] is not None, "the late rank returned from a collective the others gave up on"
@@ -151,7 +160,8 @@ def test_an_argument_error_on_one_rank_is_raised_before_it_publishes(world, back
         err = res["errors"][2]
         assert F.is_skip_error(err, failing, world_size), f"rank {rank}: {err}"
         assert err["type"] != "CollectiveTimeoutError" or "did not reach" in err["message"], err
-        assert within_bound(res["elapsed"], timeout), f"rank {rank} gave up after {res['elapsed']:.3f} s"
+        abandoned = err["type"] == "CollectiveAbandonedError"  # stopped by a peer's give-up
+        assert within_bound(res["elapsed"], timeout, abandoned), f"rank {rank} gave up after {res['elapsed']:.3f} s"
     for rank, res in enumerate(results):
         third = res["errors"][3]
         assert third is not None and third["type"].startswith("Collective"), f"rank {rank}'s third call: {third}"
@@ -172,7 +182,8 @@ def test_a_failure_inside_a_kernel_after_entry_cannot_skew_the_epochs(world, bac
     for rank, res in enumerate(results[:failing]):
         err = res["errors"][2]
         assert F.is_skip_error(err, failing, world_size), f"rank {rank}: {err}"
-        assert within_bound(res["elapsed"], timeout), f"rank {rank} gave up after {res['elapsed']:.3f} s"
+        abandoned = err["type"] == "CollectiveAbandonedError"  # stopped by a peer's give-up
+        assert within_bound(res["elapsed"], timeout, abandoned), f"rank {rank} gave up after {res['elapsed']:.3f} s"
     for rank, res in enumerate(results):
         third = res["errors"][3]
         assert third is not None and third["type"].startswith("Collective"), f"rank {rank}'s third call: {third}"
@@ -219,7 +230,8 @@ def test_a_rank_killed_during_a_collective_makes_the_survivors_raise_and_leaves_
         res = outcome["reports"][rank].get("result")
         assert isinstance(res, dict), f"rank {rank}: {outcome['reports'][rank]}"
         assert F.is_skip_error(res["error"], victim, world_size), f"rank {rank}: {res['error']}"
-        assert within_bound(res["elapsed"], timeout), f"rank {rank} gave up after {res['elapsed']:.3f} s"
+        abandoned = res["error"]["type"] == "CollectiveAbandonedError"  # stopped by a peer's give-up
+        assert within_bound(res["elapsed"], timeout, abandoned), f"rank {rank} gave up after {res['elapsed']:.3f} s"
     assert not left, f"left in /dev/shm: {sorted(left)}"
 
 

@@ -31,9 +31,10 @@ def test_the_raw_stream_falls_back_to_the_public_stream_object(monkeypatch):
     class Stream:
         cuda_stream = 1234
 
-    monkeypatch.setattr(_internals, "_cuda_raw_stream", None)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda index: Stream())
-    assert _internals.raw_stream(0) == 1234
+    assert _internals._public_raw_stream(0) == 1234
+    # torch's own function where this torch has it (bound once, at import), else the fallback
+    assert _internals.raw_stream is (_internals._cuda_raw_stream or _internals._public_raw_stream)
 
 
 @pytest.mark.gpu

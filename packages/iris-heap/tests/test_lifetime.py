@@ -225,7 +225,9 @@ def test_a_heap_larger_than_memory_is_refused_at_once():
     with pytest.raises(iris.heap.HeapExhaustedError, match="cannot reserve a .*-byte heap in shared memory") as info:
         ShmTransport._create(room + (1 << 30), 0)
     assert time.monotonic() - start < 5
-    assert info.value.requested == room + (1 << 30) and info.value.free <= room
+    # The room the refusal reports is read again inside the call: other processes may have freed
+    # memory in between (a CI run saw 8 MB more), but never the 1 GiB margin.
+    assert info.value.requested == room + (1 << 30) and info.value.free < room + (1 << 29)
 
 
 def _allocation_fails(rank, world_size):

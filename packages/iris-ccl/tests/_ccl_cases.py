@@ -52,48 +52,47 @@ def _check(got, want, what):
     assert torch.equal(got, want), f"{what}: max |diff| {(got.double() - want.double()).abs().max().item()}"
 
 
-def check_all(rank, world_size, backend):
+def check_all(rank, world_size, backend, dtype):
+    """Every collective on ``dtype`` (one of DTYPES; a test each, so that on a GPU each dtype's
+    kernels compile in a job of their own) x every shape, on and off the heap."""
     heap = iris.heap.init(1 << 24)
     w, dev = world_size, heap.device
     digest = hashlib.sha256()
-    seed = 0
-    for dtype in DTYPES:
-        for shape in SHAPES:
-            for on_heap in (True, False):
-                seed += 1
-                cfg = ccl.Config(block_size=BLOCK, num_programs=2, backend=backend)
-                inputs = [make(r, shape, dtype, seed) for r in range(w)]
-                # all_reduce: every variant; every op on the small shapes, sum on all
-                for variant in VARIANTS:
-                    vcfg = ccl.Config(variant=variant, block_size=BLOCK, num_programs=2, backend=backend)
-                    for op in ops_for(dtype) if shape in [(7,), (300,)] else ["sum"]:
-                        t = place(heap, inputs[rank], on_heap)
-                        ccl.all_reduce(t, op=op, config=vcfg)
-                        _check(
-                            t, reference_reduce(inputs, op), f"all_reduce {variant} {op} {dtype} {shape} heap={on_heap}"
-                        )
-                        digest.update(t.cpu().view(-1).view(torch.uint8).numpy().tobytes())
-                # all_gather: pushes into a heap out (from any inp), pulls into any other out
-                inp = place(heap, inputs[rank], on_heap)
-                for out_on_heap in (True, False):
-                    out = place(heap, torch.zeros((w * shape[0], *shape[1:]), dtype=dtype), out_on_heap)
-                    ccl.all_gather(out, inp, config=cfg)
-                    _check(out, torch.cat(inputs), f"all_gather {dtype} {shape} heap={on_heap} out_heap={out_on_heap}")
-                # reduce_scatter and all_to_all: W chunks of `shape` along dim 0
-                chunks = [make(r, (w * shape[0], *shape[1:]), dtype, seed + 7) for r in range(w)]
-                for op in ops_for(dtype) if shape == (7,) else ["sum"]:
-                    out = torch.empty(shape, dtype=dtype, device=dev)
-                    ccl.reduce_scatter(out, place(heap, chunks[rank], on_heap), op=op, config=cfg)
-                    want = reference_reduce([c.chunk(w)[rank] for c in chunks], op)
-                    _check(out, want, f"reduce_scatter {op} {dtype} {shape} heap={on_heap}")
-                out = torch.empty_like(chunks[rank], device=dev)
-                ccl.all_to_all(out, place(heap, chunks[rank], on_heap), config=cfg)
-                _check(out, torch.cat([c.chunk(w)[rank] for c in chunks]), f"all_to_all {dtype} {shape} heap={on_heap}")
-                # broadcast from a rank that changes with the case
-                src = seed % w
-                t = place(heap, inputs[rank], on_heap)
-                ccl.broadcast(t, src, config=cfg)
-                _check(t, inputs[src], f"broadcast src={src} {dtype} {shape} heap={on_heap}")
+    seed = 100 * DTYPES.index(dtype)
+    for shape in SHAPES:
+        for on_heap in (True, False):
+            seed += 1
+            cfg = ccl.Config(block_size=BLOCK, num_programs=2, backend=backend)
+            inputs = [make(r, shape, dtype, seed) for r in range(w)]
+            # all_reduce: every variant; every op on the small shapes, sum on all
+            for variant in VARIANTS:
+                vcfg = ccl.Config(variant=variant, block_size=BLOCK, num_programs=2, backend=backend)
+                for op in ops_for(dtype) if shape in [(7,), (300,)] else ["sum"]:
+                    t = place(heap, inputs[rank], on_heap)
+                    ccl.all_reduce(t, op=op, config=vcfg)
+                    _check(t, reference_reduce(inputs, op), f"all_reduce {variant} {op} {dtype} {shape} heap={on_heap}")
+                    digest.update(t.cpu().view(-1).view(torch.uint8).numpy().tobytes())
+            # all_gather: pushes into a heap out (from any inp), pulls into any other out
+            inp = place(heap, inputs[rank], on_heap)
+            for out_on_heap in (True, False):
+                out = place(heap, torch.zeros((w * shape[0], *shape[1:]), dtype=dtype), out_on_heap)
+                ccl.all_gather(out, inp, config=cfg)
+                _check(out, torch.cat(inputs), f"all_gather {dtype} {shape} heap={on_heap} out_heap={out_on_heap}")
+            # reduce_scatter and all_to_all: W chunks of `shape` along dim 0
+            chunks = [make(r, (w * shape[0], *shape[1:]), dtype, seed + 7) for r in range(w)]
+            for op in ops_for(dtype) if shape == (7,) else ["sum"]:
+                out = torch.empty(shape, dtype=dtype, device=dev)
+                ccl.reduce_scatter(out, place(heap, chunks[rank], on_heap), op=op, config=cfg)
+                want = reference_reduce([c.chunk(w)[rank] for c in chunks], op)
+                _check(out, want, f"reduce_scatter {op} {dtype} {shape} heap={on_heap}")
+            out = torch.empty_like(chunks[rank], device=dev)
+            ccl.all_to_all(out, place(heap, chunks[rank], on_heap), config=cfg)
+            _check(out, torch.cat([c.chunk(w)[rank] for c in chunks]), f"all_to_all {dtype} {shape} heap={on_heap}")
+            # broadcast from a rank that changes with the case
+            src = seed % w
+            t = place(heap, inputs[rank], on_heap)
+            ccl.broadcast(t, src, config=cfg)
+            _check(t, inputs[src], f"broadcast src={src} {dtype} {shape} heap={on_heap}")
     ccl.barrier()
     heap.barrier()  # raises what the (asynchronous) collectives recorded, if anything
     heap.check_symmetry()

@@ -706,12 +706,16 @@ def watchdog_abort(rank, world_size, backend, timeout: float, interval: float, l
 # -- 6. the dtype matrix -----------------------------------------------------------------------------
 
 
-def dtype_matrix(rank, world_size, backend):
+def dtype_matrix(rank, world_size, backend, part):
     """Every collective x every dtype it accepts against torch (shape (3, 5); reduce_scatter and
-    all_to_all: (W*3, 5)), heap and plain tensors alternating. Returns the cases that differ or
-    raised (``wrong``), and the calls the reductions did not refuse before launch (``not refused``)."""
+    all_to_all: (W*3, 5)), heap and plain tensors alternating; ``part`` "reductions" (and the
+    dtypes they refuse) or "data movement" (a test each: on a GPU they compile in parallel jobs).
+    Returns the cases that differ or raised (``wrong``), and the calls the reductions did not
+    refuse before launch (``not refused``)."""
     from iris.ccl.workspace import workspace_of
 
+    if part not in ("reductions", "data movement"):
+        raise ValueError(f"dtype_matrix: no part {part!r}")
     heap = iris.heap.init(HEAP_SIZE)
     heap.wait_timeout = QUIET
     w = world_size
@@ -728,7 +732,7 @@ def dtype_matrix(rank, world_size, backend):
             )
 
     # each reduction x each dtype, the ops rotating so that every dtype meets every op (avg included)
-    for d, dtype in enumerate(REDUCIBLE):
+    for d, dtype in enumerate(REDUCIBLE if part == "reductions" else ()):
         ops = ops_for(dtype)
         for i, variant in enumerate(("one_shot", "two_shot", "rs_ag", "reduce_scatter")):
             op, case = ops[(d + i) % len(ops)], 100 * d + i
@@ -748,7 +752,7 @@ def dtype_matrix(rank, world_size, backend):
             wrong += [f"{variant} {op} {dtype}: {g}" for g in mem.broken_guards()]
             mem.free()
     # each data movement x each heap dtype, compared bit for bit
-    for i, dtype in enumerate(HEAP_DTYPES):
+    for i, dtype in enumerate(HEAP_DTYPES if part == "data movement" else ()):
         c = cfg(backend, blocking=True)
         inputs = [sample(shape, dtype, 500 + i, r) for r in range(w)]
         chunks = [sample(big, dtype, 600 + i, r) for r in range(w)]
@@ -770,7 +774,7 @@ def dtype_matrix(rank, world_size, backend):
     ws = workspace_of(heap)
     launched = ws.launched
     not_refused = []
-    for dtype in HEAP_DTYPES:
+    for dtype in HEAP_DTYPES if part == "reductions" else ():
         if dtype in REDUCIBLE:
             continue
         t = heap.zeros(w * 2, dtype=dtype)
@@ -781,7 +785,7 @@ def dtype_matrix(rank, world_size, backend):
             not_refused.append(f"reduce_scatter {dtype}")
         heap.free(o)
         heap.free(t)
-    for dtype in REDUCIBLE:
+    for dtype in REDUCIBLE if part == "reductions" else ():
         if not dtype.is_floating_point:
             t = heap.zeros(4, dtype=dtype)
             if not isinstance(raised(ccl.all_reduce, t, op="avg", config=cfg(backend)), TypeError):

@@ -6,8 +6,9 @@ from conftest import WORLD_SIZES
 
 
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
-def test_every_collective_matches_torch_and_ranks_agree_bitwise(world, backend, world_size):
-    digests = world.run(_ccl_cases.check_all, world_size, backend)
+@pytest.mark.parametrize("dtype", _ccl_cases.DTYPES, ids=str)
+def test_every_collective_matches_torch_and_ranks_agree_bitwise(world, backend, world_size, dtype):
+    digests = world.run(_ccl_cases.check_all, world_size, backend, dtype)
     assert len(set(digests)) == 1, "all_reduce results differ between ranks"
 
 

@@ -275,12 +275,13 @@ def test_the_watchdog_aborts_the_process_when_on_error_is_abort(backend, tmp_pat
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
-def test_every_collective_handles_every_accepted_dtype_as_torch_does(world, backend, world_size):
+@pytest.mark.parametrize("part", ["reductions", "data movement"])
+def test_every_collective_handles_every_accepted_dtype_as_torch_does(world, backend, world_size, part):
     """all_reduce (one_shot, two_shot, rs_ag) and reduce_scatter x every reducible dtype x every op
     (avg for floating dtypes) equal torch's reduction in rank order; all_gather (push, pull),
     all_to_all and broadcast move every heap dtype bit for bit (complex128 and float8 included);
     the reductions refuse every other dtype (and avg on integers) before launching anything."""
-    results = world.run(F.dtype_matrix, world_size, backend)
+    results = world.run(F.dtype_matrix, world_size, backend, part)
     for rank, res in enumerate(results):
         assert res["wrong"] == [], f"rank {rank}: " + "\n".join(res["wrong"])
         assert res["not refused"] == [], f"rank {rank}: {res['not refused']}"

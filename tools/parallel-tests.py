@@ -11,6 +11,12 @@ Each job is ``pytest <its tests> <the options among the arguments>`` with its ou
 ``DIR/job-N.log``; a job still running at ``--timeout`` seconds gets SIGINT, so pytest still
 prints what passed. Prints each job's summary line and the totals; exits 1 if any job failed,
 was stopped, or collected nothing it was given.
+
+Under MPS, mind the device's client limit: each job's session keeps one World per world size it
+ran (up to 1 + 2 + 3 + 4 = 10 processes with a CUDA context), and some tests spawn ranks of their
+own. Past the MPS server's client limit CUDA initialisation fails with "CUDA-capable device(s)
+is/are busy or unavailable" (session 25, H200: 14 jobs, 64 tests failed so, none for Iris). Four
+jobs stay under it.
 """
 
 from __future__ import annotations

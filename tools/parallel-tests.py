@@ -12,11 +12,11 @@ Each job is ``pytest <its tests> <the options among the arguments>`` with its ou
 prints what passed. Prints each job's summary line and the totals; exits 1 if any job failed,
 was stopped, or collected nothing it was given.
 
-Under MPS, mind the device's client limit: each job's session keeps one World per world size it
+Under MPS, mind the server's client limit: each job's session keeps one World per world size it
 ran (up to 1 + 2 + 3 + 4 = 10 processes with a CUDA context), and some tests spawn ranks of their
-own. Past the MPS server's client limit CUDA initialisation fails with "CUDA-capable device(s)
-is/are busy or unavailable" (session 25, H200: 14 jobs, 64 tests failed so, none for Iris). Four
-jobs stay under it.
+own. Session 25 (H200, 14 jobs) lost 64 tests to CUDA refusing new processes ("CUDA-capable
+device(s) is/are busy or unavailable"), the client limit or the server's state after a killed
+rank (BENCHMARKS.md); keep to four jobs under MPS.
 """
 
 from __future__ import annotations

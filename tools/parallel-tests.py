@@ -14,9 +14,8 @@ was stopped, or collected nothing it was given.
 
 Under MPS, mind the server's client limit: each job's session keeps one World per world size it
 ran (up to 1 + 2 + 3 + 4 = 10 processes with a CUDA context), and some tests spawn ranks of their
-own. Session 25 (H200, 14 jobs) lost 64 tests to CUDA refusing new processes ("CUDA-capable
-device(s) is/are busy or unavailable"), the client limit or the server's state after a killed
-rank (BENCHMARKS.md); keep to four jobs under MPS.
+own. Past it (or after a killed rank, BENCHMARKS.md session 25) CUDA refuses new processes
+("CUDA-capable device(s) is/are busy or unavailable"): keep to four jobs under MPS.
 """
 
 from __future__ import annotations

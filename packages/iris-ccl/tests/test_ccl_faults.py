@@ -22,7 +22,7 @@ interpreted = pytest.mark.skipif(torch.cuda.is_available(), reason="injects a fa
 
 #: How far apart the ranks' calls may start after a host barrier (gloo: milliseconds). A rank that
 #: stops because a peer gave up (CollectiveAbandonedError) stops at that peer's deadline, which may
-#: fall this much before its own: the H100 run of session 24 saw 0.999 s against a 1.0 s bound.
+#: fall this much before its own (seen on a GPU: BENCHMARKS.md, session 24).
 START_SKEW = 0.1
 
 

@@ -17,9 +17,10 @@ sys.exit(cli.main(["failing", "--ranks", "3", "--cpu"]))
 """
 
 
-def test_a_failing_rank_is_reported_with_its_rank_and_traceback():
+def test_a_failing_rank_is_reported_with_its_rank_and_traceback(tmp_path):
     before = shm_entries()
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+               TMPDIR=str(tmp_path))  # fmt: skip
     done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=TIMEOUT, env=env)
     assert done.returncode == 1, (done.stdout, done.stderr)
     lines = done.stderr.strip().splitlines()
@@ -30,6 +31,17 @@ def test_a_failing_rank_is_reported_with_its_rank_and_traceback():
     assert sum(line.startswith("rank 0 also failed") or line.startswith("rank 2 also failed") for line in lines) <= 2
     assert "elastic" not in done.stderr and "SIGTERM" not in done.stderr  # the launcher's logging is silenced
     assert shm_entries() - before == set()
+    assert list(tmp_path.iterdir()) == []  # the failure records and the launcher's log folder are gone
+
+
+def test_a_run_leaves_nothing_in_the_temp_dir(tmp_path):
+    """Neither our failure-record folder nor torch's launcher log folder (torchelastic_*) stays behind."""
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    done = subprocess.run([sys.executable, "-m", "iris.examples", "heap-bench", "--ranks", "2", "--cpu",
+                           "--pairs", "10", "--init-sizes", "1M", "--repeats", "1"],
+                          capture_output=True, text=True, timeout=TIMEOUT, env=env, cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_one_failure_type_for_the_launcher_and_the_test_runner():

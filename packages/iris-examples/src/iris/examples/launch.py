@@ -173,10 +173,15 @@ def _failure(rank: int, failure) -> RankFailure:
 
 def launch(module_name: str, args: Namespace, *, verbose: bool = False) -> list:
     """Run ``module_name``'s ``rank_main(args)`` on ``args.ranks`` new processes; the results in rank order."""
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     quiet_launcher(verbose)
+    # One folder per launch, removed after it, for the ranks' failure records and all that torch's
+    # launcher writes: left to itself it makes a torchelastic_* folder in the temp dir and, for each
+    # rank that fails, a pytorch-errorfile-*.pickle, and removes neither.
+    folder = tempfile.mkdtemp(prefix="iris-examples-")
     config = LaunchConfig(
         min_nodes=1,
         max_nodes=1,
@@ -187,14 +192,15 @@ def launch(module_name: str, args: Namespace, *, verbose: bool = False) -> list:
         max_restarts=0,
         monitor_interval=0.1,
         start_method="spawn",
+        logs_specs=DefaultLogsSpecs(log_dir=os.path.join(folder, "launcher")),
     )
-    folder = tempfile.mkdtemp(prefix="iris-examples-")
     previous = os.environ.get(_FAILURE_DIR)
     os.environ[_FAILURE_DIR] = folder  # the ranks inherit it
     _logger.info(
         "launching %d ranks of %s (spawned, c10d rendezvous on localhost, run id %s)",
         args.ranks, module_name, config.run_id,
     )  # fmt: skip
+    previous_tempdir, tempfile.tempdir = tempfile.tempdir, folder  # the launcher runs in this process
     try:
         outputs = elastic_launch(config, _rank_entry)(module_name, args)
     except ChildFailedError as e:
@@ -202,6 +208,7 @@ def launch(module_name: str, args: Namespace, *, verbose: bool = False) -> list:
         _logger.debug("ranks %s failed; the earliest record first", [f.rank for f in failures])
         raise RankFailedError(failures=failures) from None
     finally:
+        tempfile.tempdir = previous_tempdir
         if previous is None:
             os.environ.pop(_FAILURE_DIR, None)
         else:

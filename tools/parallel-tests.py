@@ -6,16 +6,20 @@ For a GPU machine with a cold Triton cache: most of a GPU test's time is compili
 after another in each process, and a test's world sizes compile different kernels (``W`` is a
 constexpr), so tests that run side by side compile side by side. The selection is collected once
 (``pytest --collect-only -q``); its tests are dealt to the jobs in collection order, one each in
-turn, so the parametrizations of one test (its world sizes, its backends) land in different jobs.
-Each job is ``pytest <its tests> <the options among the arguments>`` with its output in
-``DIR/job-N.log``; a job still running at ``--timeout`` seconds gets SIGINT, so pytest still
-prints what passed. Prints each job's summary line and the totals; exits 1 if any job failed,
-was stopped, or collected nothing it was given.
+turn and back again (0, 1, .., J-1, J-1, .., 0, ...), so the parametrizations of one test (its
+world sizes, its dtypes) spread over the jobs: dealt one way only, J jobs and J world sizes gave
+one job every test of the largest world. Each job is ``pytest -v <its tests> <the options among
+the arguments>`` with its output in ``DIR/job-N.log``; a job still running at ``--timeout``
+seconds gets SIGINT, so pytest still prints what passed, and the tests that stopped jobs never
+finished are written to ``DIR/not-run.txt``, one id a line: ``@DIR/not-run.txt`` as the pytest
+arguments of a later run runs just those. Prints each job's summary line and the totals; exits 1
+if any job failed, was stopped, or collected nothing it was given.
 
-Under MPS, mind the server's client limit: each job's session keeps one World per world size it
-ran (up to 1 + 2 + 3 + 4 = 10 processes with a CUDA context), and some tests spawn ranks of their
-own. Past it (or after a killed rank, BENCHMARKS.md session 25) CUDA refuses new processes
-("CUDA-capable device(s) is/are busy or unavailable"): keep to four jobs under MPS.
+Under MPS, mind the server's client limit (48 clients a GPU since Volta): each job's session
+keeps one World per world size it ran (up to 1 + 2 + 3 + 4 = 10 processes with a CUDA context),
+and some tests spawn ranks of their own. Past it CUDA refuses new processes ("CUDA-capable
+device(s) is/are busy or unavailable"): keep to four jobs under MPS (BENCHMARKS.md, sessions 25
+and 26).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ _COUNTS = re.compile(r"(\d+) (passed|failed|skipped|errors?|deselected|xfailed|x
 
 
 def _collect(pytest_args: list[str]) -> list[str]:
-    quiet = [a for a in pytest_args if not re.fullmatch(r"-[qv]+|--quiet|--verbose", a)]  # one -q: one id a line
+    quiet = _without_verbosity(pytest_args)  # one -q: one id a line
     done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", *quiet],
                           capture_output=True, text=True)  # fmt: skip
     ids = [line for line in done.stdout.splitlines() if "::" in line and not line.startswith(" ")]
@@ -40,6 +44,25 @@ def _collect(pytest_args: list[str]) -> list[str]:
         sys.stderr.write(done.stdout[-4000:] + done.stderr[-4000:])
         raise SystemExit(f"collection failed (pytest exit {done.returncode}, {len(ids)} tests)")
     return ids
+
+
+def _without_verbosity(pytest_args: list[str]) -> list[str]:
+    return [a for a in pytest_args if not re.fullmatch(r"-[qv]+|--quiet|--verbose", a)]
+
+
+def _deal(ids: list[str], jobs: int) -> list[list[str]]:
+    """Round after round, one test to each job, every other round in reverse job order."""
+    shards: list[list[str]] = [[] for _ in range(min(jobs, len(ids)))]
+    for i, test in enumerate(ids):
+        turn, seat = divmod(i, len(shards))
+        shards[seat if turn % 2 == 0 else len(shards) - 1 - seat].append(test)
+    return shards
+
+
+def _finished(log: str, shard: list[str]) -> set[str]:
+    """The tests of ``shard`` that the verbose log reports an outcome for."""
+    outcomes = ("PASSED", "FAILED", "SKIPPED", "ERROR", "XFAIL", "XPASS")
+    return {t for t in shard if any(f"{t} {o}" in log for o in outcomes)}
 
 
 def _options(pytest_args: list[str]) -> list[str]:
@@ -73,15 +96,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs < 1:
         parser.error("--jobs must be at least 1")
     ids = _collect(pytest_args)
-    shards = [ids[i :: args.jobs] for i in range(min(args.jobs, len(ids)))]
+    shards = _deal(ids, args.jobs)
     os.makedirs(args.logs, exist_ok=True)
-    options = _options(pytest_args)
+    options = ["-v", *_without_verbosity(_options(pytest_args))]  # -v: each test's outcome by id
     jobs = []
     for n, shard in enumerate(shards):
         log = open(os.path.join(args.logs, f"job-{n}.log"), "w")
         proc = subprocess.Popen([sys.executable, "-m", "pytest", *options, *shard], stdout=log,
                                 stderr=subprocess.STDOUT)  # fmt: skip
-        jobs.append((n, proc, log, len(shard)))
+        jobs.append((n, proc, log, shard))
     print(f"{len(ids)} tests in {len(jobs)} jobs (logs in {args.logs}/)", flush=True)
     start = time.monotonic()
     stopped: set[int] = set()
@@ -97,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(0.5)
     totals: dict[str, int] = {}
     ok = True
-    for n, proc, log, count in jobs:
+    not_run: list[str] = []
+    for n, proc, log, shard in jobs:
         log.close()
         with open(log.name) as f:
             text = f.read()
@@ -106,9 +130,17 @@ def main(argv: list[str] | None = None) -> int:
             kind = "errors" if kind.startswith("error") else kind
             totals[kind] = totals.get(kind, 0) + int(number)
         state = "stopped" if n in stopped else f"exit {proc.returncode}"
-        print(f"job {n} ({count} tests, {state}): {summary}")
+        print(f"job {n} ({len(shard)} tests, {state}): {summary}")
         ok = ok and proc.returncode in (0, 5) and n not in stopped
+        if n in stopped:
+            done = _finished(text, shard)
+            not_run += [t for t in shard if t not in done]
     print("total: " + ", ".join(f"{v} {k}" for k, v in sorted(totals.items())) + f" of {len(ids)} tests")
+    if not_run:
+        path = os.path.join(args.logs, "not-run.txt")
+        with open(path, "w") as f:
+            f.write("".join(t + "\n" for t in sorted(not_run, key=ids.index)))
+        print(f"{len(not_run)} tests not run; to run just those: pytest @{path}")
     return 0 if ok else 1
 
 

@@ -67,6 +67,9 @@ def pytest_unconfigure(config):
 
 
 def pytest_configure(config):
+    chosen = os.environ.get(_BACKEND)
+    if chosen and chosen not in ("triton", "gluon"):
+        raise pytest.UsageError(f"{_BACKEND}={chosen!r}: a backend is 'triton' or 'gluon' (unset: every installed one)")
     for line in _MARKERS:
         config.addinivalue_line("markers", line)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 
 TIMEOUT = 240  # seconds: a run that takes longer is a hang, not a slow machine
 
@@ -16,8 +17,11 @@ def run_cli(*argv: str, torchrun: int | None = None, cwd=None) -> subprocess.Com
     else:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={torchrun}",
                "-m", "iris.examples", *argv]  # fmt: skip
-    env = dict(os.environ, COLUMNS="200")
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=env, cwd=cwd)
+    # A temp dir of the run's own: torchrun leaves a torchelastic_* log folder in it (our launcher
+    # removes what it makes; torchrun is torch's).
+    with tempfile.TemporaryDirectory(prefix="iris-examples-test-") as tmp:
+        env = dict(os.environ, COLUMNS="200", TMPDIR=tmp)
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=env, cwd=cwd)
 
 
 def shm_entries() -> set[str]:

@@ -12,7 +12,7 @@ one job every test of the largest world. Each job is ``pytest -v <its tests> <th
 the arguments>`` with its output in ``DIR/job-N.log``; a job still running at ``--timeout``
 seconds gets SIGINT, so pytest still prints what passed, and the tests that stopped jobs never
 finished are written to ``DIR/not-run.txt``, one id a line: ``@DIR/not-run.txt`` as the pytest
-arguments of a later run runs just those. Prints each job's summary line and the totals; exits 1
+arguments of a later run (pytest 8.2 or later) runs just those. Prints each job's summary line and the totals; exits 1
 if any job failed, was stopped, or collected nothing it was given.
 
 Under MPS, mind the server's client limit (48 clients a GPU since Volta): each job's session

@@ -172,7 +172,12 @@ def _failure(rank: int, failure) -> RankFailure:
 
 
 def launch(module_name: str, args: Namespace, *, verbose: bool = False) -> list:
-    """Run ``module_name``'s ``rank_main(args)`` on ``args.ranks`` new processes; the results in rank order."""
+    """Run ``module_name``'s ``rank_main(args)`` on ``args.ranks`` new processes; the results in rank order.
+
+    While the ranks run, this process's ``tempfile.tempdir`` is a folder of the launch's own,
+    removed with all it holds when the launch ends: torch's launcher writes files there that it
+    never removes. Temp files that other threads of this process create meanwhile land there too.
+    """
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch

@@ -11,9 +11,10 @@ world sizes, its dtypes) spread over the jobs: dealt one way only, J jobs and J 
 one job every test of the largest world. Each job is ``pytest -v <its tests> <the options among
 the arguments>`` with its output in ``DIR/job-N.log``; a job still running at ``--timeout``
 seconds gets SIGINT, so pytest still prints what passed, and the tests that stopped jobs never
-finished are written to ``DIR/not-run.txt``, one id a line: ``@DIR/not-run.txt`` as the pytest
-arguments of a later run (pytest 8.2 or later) runs just those. Prints each job's summary line and the totals; exits 1
-if any job failed, was stopped, or collected nothing it was given.
+finished are written to ``DIR/not-run.txt``, one id a line (removed when every test ran):
+``@DIR/not-run.txt`` as the pytest arguments of a later run (pytest 8.2 or later) runs just those.
+Prints each job's summary line and the totals; exits 1 if any job failed, was stopped, or
+collected nothing it was given.
 
 Under MPS, mind the server's client limit (48 clients a GPU since Volta): each job's session
 keeps one World per world size it ran (up to 1 + 2 + 3 + 4 = 10 processes with a CUDA context),
@@ -136,8 +137,10 @@ def main(argv: list[str] | None = None) -> int:
             done = _finished(text, shard)
             not_run += [t for t in shard if t not in done]
     print("total: " + ", ".join(f"{v} {k}" for k, v in sorted(totals.items())) + f" of {len(ids)} tests")
+    path = os.path.join(args.logs, "not-run.txt")
+    if not not_run and os.path.exists(path):
+        os.remove(path)  # an earlier run's list: it would name tests this run ran
     if not_run:
-        path = os.path.join(args.logs, "not-run.txt")
         with open(path, "w") as f:
             f.write("".join(t + "\n" for t in sorted(not_run, key=ids.index)))
         print(f"{len(not_run)} tests not run; to run just those: pytest @{path}")

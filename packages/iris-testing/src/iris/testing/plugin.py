@@ -36,6 +36,7 @@ _MARKERS = (
     "cpu_ranks: checks CPU execution under Triton's interpreter (skipped with a CUDA device)",
 )
 _SAVED = pytest.StashKey["str | None"]()  # TRITON_INTERPRET before this session set it
+_KNOWN = ("triton", "gluon")  # the device backends, in the order a session tests them
 
 
 def backends() -> list[str]:
@@ -47,7 +48,7 @@ def backends() -> list[str]:
         gluon = importlib.util.find_spec("iris.mem.gluon") is not None
     except ModuleNotFoundError:  # no iris.mem at all (iris-heap's tests)
         gluon = False
-    return ["triton"] + (["gluon"] if gluon else [])
+    return [b for b in _KNOWN if b != "gluon" or gluon]
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -68,8 +69,9 @@ def pytest_unconfigure(config):
 
 def pytest_configure(config):
     chosen = os.environ.get(_BACKEND)
-    if chosen and chosen not in ("triton", "gluon"):
-        raise pytest.UsageError(f"{_BACKEND}={chosen!r}: a backend is 'triton' or 'gluon' (unset: every installed one)")
+    if chosen and chosen not in _KNOWN:
+        known = " or ".join(map(repr, _KNOWN))
+        raise pytest.UsageError(f"{_BACKEND}={chosen!r}: a backend is {known} (unset: every installed one)")
     for line in _MARKERS:
         config.addinivalue_line("markers", line)
 

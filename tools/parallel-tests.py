@@ -9,18 +9,23 @@ constexpr), so tests that run side by side compile side by side. The selection i
 turn and back again (0, 1, .., J-1, J-1, .., 0, ...), so the parametrizations of one test (its
 world sizes, its dtypes) spread over the jobs: dealt one way only, J jobs and J world sizes gave
 one job every test of the largest world. Each job is ``pytest -v <its tests> <the options among
-the arguments>`` with its output in ``DIR/job-N.log``; a job still running at ``--timeout``
-seconds gets SIGINT, so pytest still prints what passed, and the tests that stopped jobs never
-finished are written to ``DIR/not-run.txt``, one id a line (removed when every test ran):
-``@DIR/not-run.txt`` as the pytest arguments of a later run (pytest 8.2 or later) runs just those.
-Prints each job's summary line and the totals; exits 1 if any job failed, was stopped, or
-collected nothing it was given.
+the arguments>`` with its output in ``DIR/job-N.log`` (an earlier run's logs there are removed);
+a job still running at ``--timeout`` seconds gets SIGINT, so pytest still prints what passed. The
+tests no job reported an outcome for (a stopped or crashed job's rest) are written to
+``DIR/not-run.txt`` and those that failed or errored to ``DIR/failed.txt``, one id a line, each
+file removed when it would be empty: ``@DIR/not-run.txt`` as the pytest arguments of a later run
+(pytest 8.2 or later) runs just those.
+Prints each job's summary line and the totals, counted from the tests' own lines (a stopped job
+may print no summary); exits 1 if any job failed, was stopped, or collected nothing it was given.
 
 Under MPS, mind the server's client limit (48 clients a GPU since Volta): each job's session
-keeps one World per world size it ran (up to 1 + 2 + 3 + 4 = 10 processes with a CUDA context),
-and some tests spawn ranks of their own. Past it CUDA refuses new processes ("CUDA-capable
-device(s) is/are busy or unavailable"): keep to four jobs under MPS (BENCHMARKS.md, sessions 25
-and 26).
+keeps one World per world size it ran (up to 1 + 2 + 3 + 4 = 10 processes with a CUDA context,
+11 with the session's own), and some tests launch ranks of their own (an iris-examples CLI test:
+up to 4 more). Past the limit CUDA refuses new processes ("CUDA-capable device(s) is/are busy or
+unavailable"; counted in the output): four jobs over iris-ccl peaked at 41 CUDA processes, four
+over the other layers together at 49, with 6 iris-examples tests refused, each passing when run
+again in one job (BENCHMARKS.md, sessions 25 to 27). Give iris-examples a run of its own or
+fewer jobs.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import subprocess
 import sys
 import time
 
+_REFUSED = "CUDA-capable device(s) is/are busy or unavailable"
 _COUNTS = re.compile(r"(\d+) (passed|failed|skipped|errors?|deselected|xfailed|xpassed)")
 
 
@@ -60,10 +66,15 @@ def _deal(ids: list[str], jobs: int) -> list[list[str]]:
     return shards
 
 
-def _finished(log: str, shard: list[str]) -> set[str]:
-    """The tests of ``shard`` that the verbose log reports an outcome for."""
-    outcomes = ("PASSED", "FAILED", "SKIPPED", "ERROR", "XFAIL", "XPASS")
-    return {t for t in shard if any(f"{t} {o}" in log for o in outcomes)}
+_OUTCOMES = ("PASSED", "FAILED", "SKIPPED", "ERROR", "XFAIL", "XPASS")
+_TOTALS = {"PASSED": "passed", "FAILED": "failed", "SKIPPED": "skipped", "ERROR": "errors", "XFAIL": "xfailed",
+           "XPASS": "xpassed"}  # fmt: skip
+
+
+def _outcomes(log: str, shard: list[str]) -> dict[str, set[str]]:
+    """Each test of ``shard`` with the outcomes its verbose log lines report (none: it never ran;
+    a test that fails in teardown reports both PASSED and ERROR)."""
+    return {t: {o for o in _OUTCOMES if f"{t} {o}" in log} for t in shard}
 
 
 def _options(pytest_args: list[str]) -> list[str]:
@@ -99,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     ids = _collect(pytest_args)
     shards = _deal(ids, args.jobs)
     os.makedirs(args.logs, exist_ok=True)
+    for name in os.listdir(args.logs):  # an earlier run's logs would be read as this run's
+        if re.fullmatch(r"job-\d+\.log", name):
+            os.remove(os.path.join(args.logs, name))
     options = ["-v", *_without_verbosity(_options(pytest_args))]  # -v: each test's outcome by id
     jobs = []
     for n, shard in enumerate(shards):
@@ -122,29 +136,43 @@ def main(argv: list[str] | None = None) -> int:
     totals: dict[str, int] = {}
     ok = True
     not_run: list[str] = []
+    failed: list[str] = []
+    refused = 0
     for n, proc, log, shard in jobs:
         log.close()
         with open(log.name) as f:
             text = f.read()
         summary = _summary(text)
-        for number, kind in _COUNTS.findall(summary):
-            kind = "errors" if kind.startswith("error") else kind
-            totals[kind] = totals.get(kind, 0) + int(number)
         state = "stopped" if n in stopped else f"exit {proc.returncode}"
         print(f"job {n} ({len(shard)} tests, {state}): {summary}")
         ok = ok and proc.returncode in (0, 5) and n not in stopped
-        if n in stopped:
-            done = _finished(text, shard)
-            not_run += [t for t in shard if t not in done]
+        outcomes = _outcomes(text, shard)
+        for found in outcomes.values():  # from the tests' own lines: a stopped job may print no summary
+            for kind in found or ["not run"]:
+                kind = _TOTALS.get(kind, kind)
+                totals[kind] = totals.get(kind, 0) + 1
+        not_run += [t for t in shard if not outcomes[t]]
+        failed += [t for t in shard if outcomes[t] & {"FAILED", "ERROR"}]
+        refused += _REFUSED in text
     print("total: " + ", ".join(f"{v} {k}" for k, v in sorted(totals.items())) + f" of {len(ids)} tests")
-    path = os.path.join(args.logs, "not-run.txt")
-    if not not_run and os.path.exists(path):
-        os.remove(path)  # an earlier run's list: it would name tests this run ran
-    if not_run:
-        with open(path, "w") as f:
-            f.write("".join(t + "\n" for t in sorted(not_run, key=ids.index)))
-        print(f"{len(not_run)} tests not run; to run just those: pytest @{path}")
+    _write_ids(os.path.join(args.logs, "not-run.txt"), not_run, ids, "tests not run")
+    _write_ids(os.path.join(args.logs, "failed.txt"), failed, ids, "tests failed or errored")
+    if refused:
+        print(f"{refused} jobs logged {_REFUSED!r}: under MPS, a new CUDA process past the server's "
+              "client limit (48) gets that error; rerun the failed tests with fewer jobs")  # fmt: skip
     return 0 if ok else 1
+
+
+def _write_ids(path: str, chosen: list[str], ids: list[str], what: str) -> None:
+    """``chosen`` one id a line in collection order, for ``pytest @path``; an earlier run's file goes
+    when there are none (it would name tests this run settled)."""
+    if not chosen:
+        if os.path.exists(path):
+            os.remove(path)
+        return
+    with open(path, "w") as f:
+        f.write("".join(t + "\n" for t in sorted(chosen, key=ids.index)))
+    print(f"{len(chosen)} {what}; to run just those: pytest @{path}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,63 @@
+"""tools/parallel-tests.py, the runner the GPU test runs use (BENCHMARKS.md): the files it writes
+decide what a later run repeats, so a test it loses or misfiles goes unrun on the GPU."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TOOL = Path(__file__).resolve().parents[3] / "tools" / "parallel-tests.py"
+REFUSED = "CUDA-capable device(s) is/are busy or unavailable"
+
+TESTS = f'''
+import os, pytest
+
+def test_pass():
+    pass
+
+def test_fail():
+    assert False
+
+@pytest.mark.parametrize("x", ["x y"])
+def test_space(x):
+    raise RuntimeError("{REFUSED}")
+
+def test_crash():
+    os._exit(3)
+
+def test_after():
+    pass
+'''
+
+
+def _run(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")  # a bare pytest: no torch to import
+    return subprocess.run([sys.executable, str(TOOL), *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+
+
+def test_a_crashed_job_s_rest_is_not_run_and_failures_are_listed_for_a_rerun(tmp_path):
+    """Dealt 0, 1, 1, 0, 0: job 0 runs test_pass then dies in test_crash, so test_crash and
+    test_after have no outcome (not-run.txt); job 1's two failures, one with a space in its id,
+    go to failed.txt; the refusal message is counted. A later run with nothing to list removes both."""
+    (tmp_path / "test_a.py").write_text(TESTS)
+    done = _run(tmp_path, "--jobs", "2", "--logs", "logs", "--", "test_a.py", "-p", "no:cacheprovider")
+    assert done.returncode == 1, done.stdout + done.stderr
+    logs = tmp_path / "logs"
+    assert (logs / "not-run.txt").read_text() == "test_a.py::test_crash\ntest_a.py::test_after\n"
+    assert (logs / "failed.txt").read_text() == "test_a.py::test_fail\ntest_a.py::test_space[x y]\n"
+    assert "total: 2 failed, 2 not run, 1 passed of 5 tests" in done.stdout, done.stdout
+    assert "2 tests not run; to run just those: pytest @logs/not-run.txt" in done.stdout
+    assert "1 jobs logged" in done.stdout and "client limit (48)" in done.stdout
+    if pytest.version_tuple >= (8, 2):  # @file arguments
+        rerun = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "@logs/failed.txt"],
+                               cwd=tmp_path, env=dict(os.environ, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1"),
+                               capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert "2 failed in" in rerun.stdout, rerun.stdout  # the ids as written select just those two
+
+    again = _run(tmp_path, "--jobs", "2", "--logs", "logs", "--", "test_a.py::test_pass", "-p", "no:cacheprovider")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert sorted(os.listdir(logs)) == ["job-0.log"]
+    assert "not run" not in again.stdout and "jobs logged" not in again.stdout

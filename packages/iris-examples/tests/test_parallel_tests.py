@@ -34,8 +34,7 @@ def test_after():
 
 def _run(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")  # a bare pytest: no torch to import
-    return subprocess.run([sys.executable, str(TOOL), *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
 def test_a_crashed_job_s_rest_is_not_run_and_failures_are_listed_for_a_rerun(tmp_path):
@@ -43,7 +42,7 @@ def test_a_crashed_job_s_rest_is_not_run_and_failures_are_listed_for_a_rerun(tmp
     test_after have no outcome (not-run.txt); job 1's two failures, one with a space in its id,
     go to failed.txt; the refusal message is counted. A later run with nothing to list removes both."""
     (tmp_path / "test_a.py").write_text(TESTS)
-    done = _run(tmp_path, "--jobs", "2", "--logs", "logs", "--", "test_a.py", "-p", "no:cacheprovider")
+    done = _run(tmp_path, str(TOOL), "--jobs", "2", "--logs", "logs", "--", "test_a.py", "-p", "no:cacheprovider")
     assert done.returncode == 1, done.stdout + done.stderr
     logs = tmp_path / "logs"
     assert (logs / "not-run.txt").read_text() == "test_a.py::test_crash\ntest_a.py::test_after\n"
@@ -52,12 +51,11 @@ def test_a_crashed_job_s_rest_is_not_run_and_failures_are_listed_for_a_rerun(tmp
     assert "2 tests not run; to run just those: pytest @logs/not-run.txt" in done.stdout
     assert "1 jobs logged" in done.stdout and "client limit (48)" in done.stdout
     if pytest.version_tuple >= (8, 2):  # @file arguments
-        rerun = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "@logs/failed.txt"],
-                               cwd=tmp_path, env=dict(os.environ, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1"),
-                               capture_output=True, text=True, timeout=300)  # fmt: skip
+        rerun = _run(tmp_path, "-m", "pytest", "-q", "-p", "no:cacheprovider", "@logs/failed.txt")
         assert "2 failed in" in rerun.stdout, rerun.stdout  # the ids as written select just those two
 
-    again = _run(tmp_path, "--jobs", "2", "--logs", "logs", "--", "test_a.py::test_pass", "-p", "no:cacheprovider")
+    again = _run(tmp_path, str(TOOL), "--jobs", "2", "--logs", "logs", "--", "test_a.py::test_pass",
+                 "-p", "no:cacheprovider")  # fmt: skip
     assert again.returncode == 0, again.stdout + again.stderr
     assert sorted(os.listdir(logs)) == ["job-0.log"]
     assert "not run" not in again.stdout and "jobs logged" not in again.stdout

@@ -3,6 +3,7 @@ the ranks' agreement on init's arguments before any of them can block."""
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import operator
 import os
@@ -44,6 +45,7 @@ class ControlGroup:
     world_size: int
     group: object | None  # the caller's group (or the default group); None at world size 1 with no torch.distributed
     gloo: object | None  # a gloo group over the same ranks
+    owns_gloo: bool = False  # gloo was made for this heap (beside a non-gloo group): close() destroys it
 
     def all_gather_object(self, obj) -> list:
         if self.gloo is None:
@@ -55,6 +57,32 @@ class ControlGroup:
     def barrier(self) -> None:
         if self.gloo is not None:
             dist.barrier(group=self.gloo)
+
+    def close(self) -> None:
+        """Destroy the gloo group made for this heap, if one was (local; idempotent): each heap
+        of a non-gloo group would otherwise keep its own gloo threads and sockets to exit."""
+        if self.owns_gloo and self.gloo is not None:
+            if dist.is_initialized():
+                dist.destroy_process_group(self.gloo)
+            self.gloo = None
+
+
+_joined: list = []  # the default group that iris.heap.init joined from the environment, if it did
+
+
+@atexit.register
+def _destroy_joined_group() -> None:
+    """Destroy the default group Iris joined for the caller, if it is still the default group.
+
+    torch.distributed asks whoever initializes a group to destroy it before exit; a gloo group left
+    to the interpreter's teardown sometimes aborts the process ("terminate called without an active
+    exception", exit status -6), after every heap and collective finished. A group the caller made,
+    or destroyed already, is left alone.
+    """
+    if _joined and dist.is_available() and dist.is_initialized() and dist.group.WORLD is _joined[0]:
+        _logger.debug("destroying the torch.distributed group iris.heap.init joined from the environment")
+        dist.destroy_process_group()
+    _joined.clear()
 
 
 def join(group=None, timeout: datetime.timedelta | None = None) -> ControlGroup:
@@ -73,6 +101,7 @@ def join(group=None, timeout: datetime.timedelta | None = None) -> ControlGroup:
             )
             kwargs = {"timeout": timeout} if timeout is not None else {}
             dist.init_process_group(backend="gloo", init_method="env://", **kwargs)
+            _joined[:] = [dist.group.WORLD]  # Iris made it, so Iris destroys it at exit
         else:
             _logger.debug("no process group and no torchrun environment: a single rank")
             return ControlGroup(rank=0, world_size=1, group=None, gloo=None)
@@ -90,6 +119,9 @@ def join(group=None, timeout: datetime.timedelta | None = None) -> ControlGroup:
             "making a gloo control group beside the %s group (every rank of it must call init)", dist.get_backend(group)
         )
         gloo = dist.new_group(ranks=ranks, backend="gloo")
+        return ControlGroup(
+            rank=rank, world_size=world_size, group=group or dist.group.WORLD, gloo=gloo, owns_gloo=True
+        )
     return ControlGroup(rank=rank, world_size=world_size, group=group or dist.group.WORLD, gloo=gloo)
 
 

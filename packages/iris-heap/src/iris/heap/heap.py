@@ -187,6 +187,7 @@ class SymmetricHeap(TensorFactories):
             self.context[abi.BASES_INDEX : abi.BASES_INDEX + w] = 0
             self.context[abi.status_index(w)] = abi.STATUS_CLOSED
             self._transport.close()
+            self._control.close()
             self._blocks.clear()
             self.generation += 1
             self._reserved.clear()

@@ -46,7 +46,7 @@ def _run(code: str, launcher: bool) -> list[str]:
 
 
 def test_the_group_iris_joined_from_the_environment_stays_until_exit_and_is_destroyed_there():
-    # Left to the interpreter's teardown, such a gloo group aborted about one process in twenty
+    # Left to the interpreter's teardown, such a gloo group aborted 4 of 60 processes
     # on CPU ranks ("terminate called without an active exception"), after everything had worked.
     out = _run(
         """

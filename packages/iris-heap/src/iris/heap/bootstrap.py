@@ -67,7 +67,7 @@ class ControlGroup:
             self.gloo = None
 
 
-_joined: list = []  # the default group that iris.heap.init joined from the environment, if it did
+_joined = None  # the default group that iris.heap.init joined from the environment, if it did
 
 
 @atexit.register
@@ -79,10 +79,11 @@ def _destroy_joined_group() -> None:
     exception", exit status -6), after every heap and collective finished. A group the caller made,
     or destroyed already, is left alone.
     """
-    if _joined and dist.is_available() and dist.is_initialized() and dist.group.WORLD is _joined[0]:
+    global _joined
+    if _joined is not None and dist.is_initialized() and dist.group.WORLD is _joined:
         _logger.debug("destroying the torch.distributed group iris.heap.init joined from the environment")
         dist.destroy_process_group()
-    _joined.clear()
+    _joined = None
 
 
 def join(group=None, timeout: datetime.timedelta | None = None) -> ControlGroup:
@@ -92,6 +93,7 @@ def join(group=None, timeout: datetime.timedelta | None = None) -> ControlGroup:
     it from torchrun's ``env://`` variables when they are set and no group exists yet. With
     neither, this is a single process of world size 1.
     """
+    global _joined
     if group is None and not dist.is_initialized():
         if all(v in os.environ for v in _ENV_VARS):
             _logger.info(
@@ -101,7 +103,7 @@ def join(group=None, timeout: datetime.timedelta | None = None) -> ControlGroup:
             )
             kwargs = {"timeout": timeout} if timeout is not None else {}
             dist.init_process_group(backend="gloo", init_method="env://", **kwargs)
-            _joined[:] = [dist.group.WORLD]  # Iris made it, so Iris destroys it at exit
+            _joined = dist.group.WORLD  # Iris made it, so Iris destroys it at exit
         else:
             _logger.debug("no process group and no torchrun environment: a single rank")
             return ControlGroup(rank=0, world_size=1, group=None, gloo=None)

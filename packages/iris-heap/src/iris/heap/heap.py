@@ -187,11 +187,11 @@ class SymmetricHeap(TensorFactories):
             self.context[abi.BASES_INDEX : abi.BASES_INDEX + w] = 0
             self.context[abi.status_index(w)] = abi.STATUS_CLOSED
             self._transport.close()
-            self._control.close()
             self._blocks.clear()
             self.generation += 1
             self._reserved.clear()
             _open[:] = [r for r in _open if r() is not None and r() is not self]
+            self._control.close()  # last: torch raising here leaves the rest of the heap closed
             _logger.info("heap closed (memory that live tensors still view stays mapped until they go)")
 
     def __enter__(self) -> SymmetricHeap:

@@ -424,7 +424,7 @@ def direct_launch(rank, world_size, backend):
             out.fill_(float("nan"))
             ccl.reduce_scatter(out, inp, config=cfg)
             _check(out, want, f"reduce_scatter into a {name} out")
-    kernel = call.kernels(backend).reduce_kernel
+    kernel = call.kernels_of(backend).reduce_kernel
     assert kernel not in _launch._unsupported, "the direct launch turned itself off"
     keys = [k for k in _launch._compiled if k[0] is kernel]
     assert len(keys) >= 2, f"expected a cached kernel per alignment, got {len(keys)}"
@@ -457,11 +457,11 @@ def relaunch(rank, world_size, backend):
     ccl.all_reduce(x, config=cfg)
     ccl.barrier(config=cfg)
     before = ws.completed()
-    K = call.kernels(backend)
+    K = call.kernels_of(backend)
     chunk = -(-x.numel() // w)
     flags = ws.flags
     code = protocol.describe("all_reduce", variant="two_shot", op="sum", dtype=x.dtype, on_heap=(True,))
-    args = (heap.context, ws.sync, code, x.numel(), heap.offset(x), -1, x, x, x.numel(), rank * chunk, chunk, x)
+    args = (heap.context, ws.sync, code, x.numel(), heap.offset(x), -1, 0, x, x, x.numel(), rank * chunk, chunk, x)
     consts = dict(PUSH=True, DST_CHUNKED=True, W=w, OP=0, ACC_F32=False, IS_FLOAT=True, FLAGS=flags, BLOCK=BLOCK,
                   SCOPE=ws.scope, TRACE=False, STAGED=0)  # fmt: skip
     for i in range(3):  # the two_shot all_reduce's launch, three times with identical arguments

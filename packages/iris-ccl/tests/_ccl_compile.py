@@ -14,6 +14,7 @@ _HEAD = {
     "NUMEL": "i64",
     "OFF_A": "i64",
     "OFF_B": "i64",
+    "SHAPE": "i64",
 }
 _REDUCE_FLAGS = {
     "W": "constexpr",

@@ -13,6 +13,7 @@ Clocks, never spin counts: every time is ``time.monotonic()``.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import multiprocessing as mp
 import os
@@ -352,7 +353,7 @@ def slow_between_publish_and_wait(rank, world_size, backend, odd_call: str):
     warm = heap.zeros(8)
     ccl.all_reduce(warm, config=c)
     heap.free(warm)
-    kernels = call.kernels(backend)
+    kernels = importlib.import_module(f"iris.ccl.protocol_{backend}")  # the device protocol's waits
     odd = rank == world_size - 1
     mem = Guarded(heap)
     x = mem.heap_tensor(sample((100 if odd else 64,), torch.float32, 5, rank), "the tensor")
@@ -496,7 +497,7 @@ def argument_error(rank, world_size, backend, timeout: float):
 def failure_inside_kernel(rank, world_size, backend, timeout: float):
     """The last rank's second call fails inside its kernel, after every rank arrived and agreed
     (the reduction raises under the interpreter). Returns None where the kernels are compiled."""
-    kernels = call.kernels(backend)
+    kernels = call.kernels_of(backend)
     real, fired = kernels._reduce_tile, []
 
     def boom(*args, **kwargs):

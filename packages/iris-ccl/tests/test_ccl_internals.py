@@ -11,7 +11,7 @@ import triton
 from iris.ccl import _internals, _triton_kernels
 
 GPU = torch.cuda.is_available()
-_GATHER = ["context_ptr", "sync", "CODE", "NUMEL", "OFF_A", "OFF_B", "src", "dst", "piece", "dst_numel",
+_GATHER = ["context_ptr", "sync", "CODE", "NUMEL", "OFF_A", "OFF_B", "SHAPE", "src", "dst", "piece", "dst_numel",
            "src_stride", "src_offset", "dst_stride", "first_rank", "user", "user_numel", "RANKS", "FLAGS", "BLOCK",
            "SCOPE", "TRACE", "STAGED"]  # fmt: skip
 _CONSTEXPRS = {"RANKS", "FLAGS", "BLOCK", "SCOPE", "TRACE", "STAGED"}
@@ -100,7 +100,7 @@ def _runner_calls(rank, world_size):
     fields = {a: hasattr(compiled, a) for a in ("run", "function", "packed_metadata", "_init_handles", "metadata")}
     fields["metadata.shared"] = hasattr(compiled.metadata, "shared")
     try:
-        args = (1, 2, 3, 4, 5, 6)
+        args = (1, 2, 3, 4, 5, 6, 7)
         compiled[(2, 1, 1)](*args, stream=77)
         run, fixed = _internals.bare_launcher(compiled)
         run(2, 1, 1, 77, *fixed, *args)
@@ -114,7 +114,7 @@ def test_bare_launches_call_the_launcher_as_tritons_own_runner_does(compiler):
         assert all(fields.values()), fields
         # grid, stream, function, packed metadata, then (metadata, enter hook, exit hook) that the
         # bare launch leaves out, then the kernel's arguments
-        assert ours[:6] == theirs[:6] and ours[9:] == theirs[9:] == (1, 2, 3, 4, 5, 6), (theirs, ours)
+        assert ours[:6] == theirs[:6] and ours[9:] == theirs[9:] == (1, 2, 3, 4, 5, 6, 7), (theirs, ours)
         assert ours[6:9] == (None, None, None)
 
 
@@ -209,9 +209,9 @@ def test_gluon_tiles_take_the_targets_warp_size():
     pytest.importorskip("iris.mem.gluon")
     import triton.language as tl
 
-    from iris.ccl import _gluon_kernels
+    from iris.ccl import protocol_gluon
 
     for warp in (32, 64):
-        got = _gluon_kernels._tile_layout(4096, 8, tl.float16, _semantic=_Semantic(warp_size=warp)).value
+        got = protocol_gluon.tile_layout(4096, 8, tl.float16, _semantic=_Semantic(warp_size=warp)).value
         assert list(got.threads_per_warp) == [warp] and list(got.warps_per_cta) == [8]
         assert list(got.size_per_thread) == [8]  # one 16-byte vector of fp16 per thread and pass

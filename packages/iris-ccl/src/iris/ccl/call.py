@@ -19,7 +19,7 @@ from .launch_shape import LaunchShape
 from .plans import MAX_PLANS, Plan
 from .workspace import Workspace, workspace_of
 
-__all__ = ["FOLD_BYTES", "Call", "kernels"]
+__all__ = ["FOLD_BYTES", "Call", "Staging", "kernels_of"]
 
 _KERNELS: dict = {}  # backend -> its kernel module, once imported
 
@@ -32,7 +32,7 @@ _KERNELS: dict = {}  # backend -> its kernel module, once imported
 FOLD_BYTES = 64 * 1024
 
 
-def kernels(backend: str):
+def kernels_of(backend: str):
     """The kernel module of ``backend`` (``_triton_kernels`` / ``_gluon_kernels``: the same kernels)."""
     module = _KERNELS.get(backend)
     if module is not None:
@@ -47,26 +47,43 @@ def kernels(backend: str):
     return module
 
 
+class Staging:
+    """How a collective's kernel stages a tensor off the heap itself (its ``STAGED`` constexpr):
+    never (``NONE``: the tensor is on the heap, or ``copy_`` launches around the kernel stage it),
+    into the staging before its entry (``IN``), or in and, after its exit, back out (``IN_AND_OUT``:
+    the two-shot all_reduce, whose result lands in every rank's staging). A staged kernel runs one
+    program (``FOLD_BYTES``)."""
+
+    NONE = 0
+    IN = 1
+    IN_AND_OUT = 2
+
+
 class Call:
-    """One collective call (``with Call(...) as run:``).
+    """One call on the protocol (``with Call(...) as call:``): a collective, or a fused operation
+    of a layer above (``kernels``: its kernel module; ``config``: its own configuration, which
+    has the ``backend``, ``blocking`` and ``trace`` fields the call reads).
 
     With a ``key`` (``plans.call_key``) it also records its launches and staging copies as a plan
     that later calls with the same key run again without any of this (``plans.replay``); the plan
     is kept when the ``with`` block ends without an exception.
     """
 
-    def __init__(self, heap, config: Config | None, name: str, key=None, tensors: tuple = ()):
+    def __init__(self, heap, config, name: str, key=None, tensors: tuple = (), *, kernels=None):
         self.heap = heap
-        self.cfg = config if config is not None else DEFAULT
-        if not isinstance(self.cfg, Config):
-            raise TypeError(f"config must be an iris.ccl.Config, got {type(self.cfg).__name__}")
+        if kernels is None:  # a collective: an iris.ccl.Config, whose backend picks the kernels
+            config = DEFAULT if config is None else config
+            if not isinstance(config, Config):
+                raise TypeError(f"config must be an iris.ccl.Config, got {type(config).__name__}")
+            kernels = kernels_of(config.backend)
+        self.config = config
         self.name = name
-        self.k = kernels(self.cfg.backend)
-        self.ws: Workspace = workspace_of(heap)
-        self.ws.check_ready(name)
+        self.kernels = kernels
+        self.workspace: Workspace = workspace_of(heap)
+        self.workspace.check_ready(name)
         self.gpu = heap.device.type == "cuda"
-        self.shape = LaunchShape(self.cfg, heap)
-        self.desc = (0, 0, -1, -1)
+        self._shape: LaunchShape | None = None
+        self.desc = (0, 0, -1, -1, 0)
         self.key = key
         self.plan = Plan(name, self.gpu) if key is not None else None
         self.tensors = tensors
@@ -76,13 +93,20 @@ class Call:
 
     def __exit__(self, kind, error, tb) -> None:
         if kind is None and self.plan is not None and self.plan.steps:
-            self.ws.keep_plan(self.key, self.plan, MAX_PLANS)
+            self.workspace.keep_plan(self.key, self.plan, MAX_PLANS)
+
+    @property
+    def shape(self) -> LaunchShape:
+        """The collectives' launch shape of this call (``iris.ccl.launch_shape``)."""
+        if self._shape is None:
+            self._shape = LaunchShape(self.config, self.heap)
+        return self._shape
 
     def staging(self, role: str, like: torch.Tensor) -> torch.Tensor:
-        """``ws.staging``; the plan holds on to the buffer it used (valid while it is the role's)."""
-        view = self.ws.staging(role, like)
+        """``Workspace.staging``; the plan holds on to the buffer it used (valid while it is the role's)."""
+        view = self.workspace.staging(role, like)
         if self.plan is not None:
-            self.plan.buffers[role] = self.ws.staging_buffer(role)
+            self.plan.buffers[role] = self.workspace.staging_buffer(role)
         return view
 
     def copy(self, dst: torch.Tensor, src: torch.Tensor) -> None:
@@ -92,61 +116,71 @@ class Call:
             self.plan.add_copy(dst, src, self.tensors)
 
     def source(self, flat: torch.Tensor) -> tuple[torch.Tensor, int]:
-        """``(buffer peers read, STAGED)`` for an input: ``flat`` itself if it is on the heap (0);
-        else its staging buffer, which the kernel fills itself (1: ``folds``) or a copy here did (0)."""
+        """``(buffer peers read, STAGED)`` for an input: ``flat`` itself if it is on the heap
+        (``Staging.NONE``); else its staging buffer, which the kernel fills itself (``Staging.IN``:
+        ``folds``) or a copy here did (``Staging.NONE``)."""
         if self.heap.is_symmetric(flat):
-            return flat, 0
+            return flat, Staging.NONE
         staged = self.staging("in", flat)
         if self.folds(flat):
-            return staged, 1
+            return staged, Staging.IN
         self.copy(staged, flat)
-        return staged, 0
+        return staged, Staging.NONE
 
     @staticmethod
     def folds(flat: torch.Tensor) -> bool:
         """Whether a tensor off the heap is staged inside the kernel (``FOLD_BYTES``)."""
         return flat.numel() * flat.element_size() <= FOLD_BYTES
 
-    def describe(self, numel: int, a=None, b=None, **fields) -> None:
-        """This call's description (``iris.ccl.protocol``); ``a``/``b``: the buffers peers access."""
+    def describe(self, numel: int, a=None, b=None, *, shape: int = 0, **fields) -> None:
+        """This call's description (``iris.ccl.protocol``); ``a``/``b``: the buffers peers access
+        (heap tensors or staging); ``shape``: the SHAPE word (0 for a collective)."""
         base = self.heap.base  # a and b are heap tensors or staging: their offsets are plain differences
         code = protocol.describe(self.name, **fields)
-        self.desc = (code, numel, -1 if a is None else a.data_ptr() - base, -1 if b is None else b.data_ptr() - base)
+        off_a = -1 if a is None else a.data_ptr() - base
+        off_b = -1 if b is None else b.data_ptr() - base
+        self.desc = (code, numel, off_a, off_b, shape)
 
-    def run(self, kernel, **arguments) -> None:
+    def launch(self, kernel, *, grid: int | None = None, num_warps: int | None = None, options: dict | None = None,
+               **arguments) -> None:  # fmt: skip
         """Launch ``kernel`` with ``arguments`` (by its parameters' names; the description, the
-        sync block and the launch shape are added), then wait if the config is blocking."""
-        code, numel, off_a, off_b = self.desc
-        arguments.update(context_ptr=self.heap.context, sync=self.ws.sync, CODE=code, NUMEL=numel, OFF_A=off_a,
-                         OFF_B=off_b, FLAGS=self.ws.flags, SCOPE=self.ws.scope,
-                         TRACE=self.cfg.trace,
-                         **self.shape.constexprs(kernel))  # fmt: skip
+        sync block and, unless ``grid`` and ``num_warps`` are given, the collectives' launch shape
+        are added), then wait if the config is blocking. ``options``: launch options beyond
+        ``num_warps`` (``num_stages``), which only the JIT's launch takes."""
+        code, numel, off_a, off_b, shape = self.desc
+        workspace = self.workspace
+        arguments.update(context_ptr=self.heap.context, sync=workspace.sync, CODE=code, NUMEL=numel, OFF_A=off_a,
+                         OFF_B=off_b, SHAPE=shape, FLAGS=workspace.flags, SCOPE=workspace.scope,
+                         TRACE=self.config.trace)  # fmt: skip
+        if grid is None:
+            arguments.update(self.shape.constexprs(kernel))
         args, constexprs = _launch.positional(kernel, arguments)
-        grid = (self.shape.programs(kernel, arguments, args, constexprs),)
-        warps = self.shape.warps
-        self.ws.record(self.name)
-        try:
-            if self.gpu and _launch.DIRECT_LAUNCH:
+        grid = (self.shape.programs(kernel, arguments, args, constexprs) if grid is None else grid,)
+        warps = self.shape.warps if num_warps is None else num_warps
+        with workspace.launching(self.name):
+            if self.gpu and _launch.DIRECT_LAUNCH and not options:
                 _launch.launch(kernel, grid, args, constexprs, warps)
             else:
-                kernel[grid](*args, num_warps=warps, **constexprs)
-        except BaseException as e:
-            # Programs may have published this rank's entry before the failure (CPU ranks run them
-            # one after another): the epochs can no longer be trusted until a reset.
-            self.ws.mark_broken(f"a failure inside {self.name}'s launch ({type(e).__name__}: {e})")
-            raise
+                kernel[grid](*args, num_warps=warps, **(options or {}), **constexprs)
         if self.plan is not None:
-            self.plan.add_launch(kernel, grid, args, constexprs, warps, self.tensors)
+            if options:  # a plan's launches take no options
+                self.plan.steps = None
+            else:
+                self.plan.add_launch(kernel, grid, args, constexprs, warps, self.tensors)
             if self.plan.steps is None:
                 self.plan = None
-        if self.cfg.blocking:
+        if self.config.blocking:
             self.wait()
 
     def barrier(self) -> None:
         """The barrier kernel, described as this call with no elements: ``barrier()`` itself, and
         any collective of nothing (which still pairs up with its peers' calls)."""
         self.describe(0)
-        self.run(self.k.barrier_kernel)
+        self.launch(kernels_of(self.config.backend).barrier_kernel, grid=1, num_warps=self._warps())
+
+    def _warps(self) -> int:
+        num_warps = getattr(self.config, "num_warps", None)
+        return num_warps if num_warps is not None else self.shape.warps
 
     def empty(self, numel: int) -> bool:
         """Whether the call has no elements (``numel`` 0); if so it has launched ``barrier()``,

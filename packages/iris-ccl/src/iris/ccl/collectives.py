@@ -27,7 +27,7 @@ from .arguments import (
     flat,
     words,
 )
-from .call import Call
+from .call import Call, Staging
 from .config import Config
 from .workspace import workspace_of
 
@@ -85,42 +85,42 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", *, heap=None, config: Conf
         return tensor
     heap, key, layout = started
     code = check_op(op, tensor.dtype)
-    with Call(heap, config, "all_reduce", key, (tensor,)) as run:  # keeps the call's plan if it completes
-        variant = run.cfg.variant
+    with Call(heap, config, "all_reduce", key, (tensor,)) as call:  # keeps the call's plan if it completes
+        variant = call.config.variant
         n, w = tensor.numel(), heap.world_size
-        if run.empty(n):
+        if call.empty(n):
             return tensor
         if variant == "auto":
             variant = _auto_variant(w, n * tensor.element_size())
         data = flat(tensor)
         in_place = variant != "one_shot" and heap.is_symmetric(tensor)
-        buf = data if in_place else run.staging("in", data)
-        mid = run.staging("out", data) if variant == "rs_ag" else None
-        run.describe(n, buf, mid, variant=variant, op=op, dtype=tensor.dtype, on_heap=(in_place,), layout=layout)
+        buf = data if in_place else call.staging("in", data)
+        mid = call.staging("out", data) if variant == "rs_ag" else None
+        call.describe(n, buf, mid, variant=variant, op=op, dtype=tensor.dtype, on_heap=(in_place,), layout=layout)
         # A small staged call copies in (and back) inside its kernel, one launch instead of three.
-        fold = not in_place and variant != "rs_ag" and run.folds(data)
+        fold = not in_place and variant != "rs_ag" and call.folds(data)
         if not in_place and not fold:
-            run.copy(buf, data)
+            call.copy(buf, data)
         reduce = {"src": buf, "N": n, "user": data, **_reduce_flags(code, w, tensor.dtype)}  # user: if staged
         if variant == "one_shot":  # every element, from every rank's staged copy, into this rank's tensor
-            run.run(run.k.reduce_kernel, dst=data, start=0, chunk=n, PUSH=False, DST_CHUNKED=True, STAGED=int(fold),
-                    **reduce)  # fmt: skip
+            call.launch(call.kernels.reduce_kernel, dst=data, start=0, chunk=n, PUSH=False, DST_CHUNKED=True,
+                        STAGED=Staging.IN if fold else Staging.NONE, **reduce)  # fmt: skip
             return tensor
         chunk = -(-n // w)
         if variant == "two_shot":  # chunk `rank`, in place, pushed into every rank's copy
-            run.run(run.k.reduce_kernel, dst=buf, start=heap.rank * chunk, chunk=chunk, PUSH=True, DST_CHUNKED=True,
-                    STAGED=2 * fold, **reduce)  # fmt: skip
+            call.launch(call.kernels.reduce_kernel, dst=buf, start=heap.rank * chunk, chunk=chunk, PUSH=True, DST_CHUNKED=True,
+                    STAGED=Staging.IN_AND_OUT if fold else Staging.NONE, **reduce)  # fmt: skip
             if not in_place and not fold:
-                run.copy(data, buf)
+                call.copy(data, buf)
             return tensor
         # rs_ag: reduce chunk `rank` into the workspace, then every rank reads every chunk.
-        run.run(run.k.reduce_kernel, dst=mid, start=heap.rank * chunk, chunk=chunk, PUSH=False, DST_CHUNKED=True,
-                STAGED=0, **reduce)  # fmt: skip
+        call.launch(call.kernels.reduce_kernel, dst=mid, start=heap.rank * chunk, chunk=chunk, PUSH=False, DST_CHUNKED=True,
+                STAGED=Staging.NONE, **reduce)  # fmt: skip
         src, dst = words(mid), words(data)
         per = src.numel() // n  # words per element
-        run.run(run.k.gather_kernel, src=src, dst=dst, piece=chunk * per, dst_numel=n * per, src_stride=chunk * per,
+        call.launch(call.kernels.gather_kernel, src=src, dst=dst, piece=chunk * per, dst_numel=n * per, src_stride=chunk * per,
                 src_offset=0, dst_stride=chunk * per, first_rank=heap.rank, RANKS=w, user=src, user_numel=0,
-                STAGED=0)  # fmt: skip
+                STAGED=Staging.NONE)  # fmt: skip
         return tensor
 
 
@@ -135,22 +135,22 @@ def all_gather(out: torch.Tensor, inp: torch.Tensor, *, heap=None, config: Confi
     if (started := _start("all_gather", heap, config, (), (out, inp), check_all_gather)) is None:
         return out
     heap, key, layout = started
-    with Call(heap, config, "all_gather", key, (out, inp)) as run:  # keeps the call's plan if it completes
+    with Call(heap, config, "all_gather", key, (out, inp)) as call:  # keeps the call's plan if it completes
         n, w = inp.numel(), heap.world_size
-        if run.empty(n):
+        if call.empty(n):
             return out
         if heap.is_symmetric(out):  # push: read the input once, store it into every rank's out
-            run.describe(n, out, variant="push", on_heap=(True, heap.is_symmetric(inp)), dtype=inp.dtype, layout=layout)
+            call.describe(n, out, variant="push", on_heap=(True, heap.is_symmetric(inp)), dtype=inp.dtype, layout=layout)
             src = words(inp)
             m = src.numel()
-            run.run(run.k.push_kernel, src=src, dst=words(out), n=m, dst_offset=heap.rank * m, W=w)
+            call.launch(call.kernels.push_kernel, src=src, dst=words(out), n=m, dst_offset=heap.rank * m, W=w)
             return out
         data = flat(inp)
-        src, staged = run.source(data)  # pull: every rank reads every rank's input
-        run.describe(n, src, variant="pull", on_heap=(False, src is data), dtype=inp.dtype, layout=layout)
+        src, staged = call.source(data)  # pull: every rank reads every rank's input
+        call.describe(n, src, variant="pull", on_heap=(False, src is data), dtype=inp.dtype, layout=layout)
         src = words(src)
         m = src.numel()
-        run.run(run.k.gather_kernel, src=src, dst=words(out), piece=m, dst_numel=w * m, src_stride=0, src_offset=0,
+        call.launch(call.kernels.gather_kernel, src=src, dst=words(out), piece=m, dst_numel=w * m, src_stride=0, src_offset=0,
                 dst_stride=m, first_rank=heap.rank, RANKS=w, user=words(data), user_numel=m, STAGED=staged)  # fmt: skip
         return out
 
@@ -163,14 +163,14 @@ def reduce_scatter(
         return out
     heap, key, layout = started
     code = check_op(op, inp.dtype)
-    with Call(heap, config, "reduce_scatter", key, (out, inp)) as run:  # keeps the call's plan if it completes
+    with Call(heap, config, "reduce_scatter", key, (out, inp)) as call:  # keeps the call's plan if it completes
         chunk, w = out.numel(), heap.world_size
-        if run.empty(chunk):
+        if call.empty(chunk):
             return out
         data = flat(inp)
-        src, staged = run.source(data)
-        run.describe(inp.numel(), src, op=op, dtype=inp.dtype, on_heap=(src is data,), layout=layout)
-        run.run(run.k.reduce_kernel, src=src, dst=flat(out), N=w * chunk, start=heap.rank * chunk, chunk=chunk,
+        src, staged = call.source(data)
+        call.describe(inp.numel(), src, op=op, dtype=inp.dtype, on_heap=(src is data,), layout=layout)
+        call.launch(call.kernels.reduce_kernel, src=src, dst=flat(out), N=w * chunk, start=heap.rank * chunk, chunk=chunk,
                 user=data, PUSH=False, DST_CHUNKED=False, STAGED=staged, **_reduce_flags(code, w, inp.dtype))  # fmt: skip
         return out
 
@@ -180,16 +180,16 @@ def all_to_all(out: torch.Tensor, inp: torch.Tensor, *, heap=None, config: Confi
     if (started := _start("all_to_all", heap, config, (), (out, inp), check_all_to_all)) is None:
         return out
     heap, key, layout = started
-    with Call(heap, config, "all_to_all", key, (out, inp)) as run:  # keeps the call's plan if it completes
+    with Call(heap, config, "all_to_all", key, (out, inp)) as call:  # keeps the call's plan if it completes
         w = heap.world_size
-        if run.empty(inp.numel()):
+        if call.empty(inp.numel()):
             return out
         data = flat(inp)
-        src, staged = run.source(data)
-        run.describe(inp.numel(), src, dtype=inp.dtype, on_heap=(src is data,), layout=layout)
+        src, staged = call.source(data)
+        call.describe(inp.numel(), src, dtype=inp.dtype, on_heap=(src is data,), layout=layout)
         src = words(src)
         c = src.numel() // w
-        run.run(run.k.gather_kernel, src=src, dst=words(out), piece=c, dst_numel=w * c, src_stride=0,
+        call.launch(call.kernels.gather_kernel, src=src, dst=words(out), piece=c, dst_numel=w * c, src_stride=0,
                 src_offset=heap.rank * c, dst_stride=c, first_rank=heap.rank, RANKS=w, user=words(data),
                 user_numel=w * c, STAGED=staged)  # fmt: skip
         return out
@@ -201,19 +201,19 @@ def broadcast(tensor: torch.Tensor, src: int, *, heap=None, config: Config | Non
         return tensor
     heap, key, layout = started
     check_src(src, heap.world_size)
-    with Call(heap, config, "broadcast", key, (tensor,)) as run:  # keeps the call's plan if it completes
-        if run.empty(tensor.numel()):
+    with Call(heap, config, "broadcast", key, (tensor,)) as call:  # keeps the call's plan if it completes
+        if call.empty(tensor.numel()):
             return tensor
         data = flat(tensor)
-        buf = data if heap.is_symmetric(tensor) else run.staging("in", data)
-        run.describe(tensor.numel(), buf, dtype=tensor.dtype, on_heap=(buf is data,), src=src, layout=layout)
-        staged = int(buf is not data and heap.rank == src)  # only the source's input is read
-        if staged and not run.folds(data):
-            run.copy(buf, data)
-            staged = 0
+        buf = data if heap.is_symmetric(tensor) else call.staging("in", data)
+        call.describe(tensor.numel(), buf, dtype=tensor.dtype, on_heap=(buf is data,), src=src, layout=layout)
+        staged = Staging.IN if buf is not data and heap.rank == src else Staging.NONE  # only the source's is read
+        if staged and not call.folds(data):
+            call.copy(buf, data)
+            staged = Staging.NONE
         buf = words(buf)
         n = buf.numel()
-        run.run(run.k.gather_kernel, src=buf, dst=words(tensor), piece=n, dst_numel=n, src_stride=0, src_offset=0,
+        call.launch(call.kernels.gather_kernel, src=buf, dst=words(tensor), piece=n, dst_numel=n, src_stride=0, src_offset=0,
                 dst_stride=0, first_rank=src, RANKS=0 if heap.rank == src else 1, user=words(data), user_numel=n,
                 STAGED=staged)  # fmt: skip
         return tensor
@@ -231,8 +231,8 @@ def barrier(*, heap=None, config: Config | None = None) -> None:
     key = plans.call_key(heap, "barrier", config, (), ())
     if plans.replay(heap, key, ()):
         return
-    with Call(heap, config, "barrier", key) as run:  # keeps the call's plan if it completes
-        run.barrier()
+    with Call(heap, config, "barrier", key) as call:  # keeps the call's plan if it completes
+        call.barrier()
 
 
 def reset(*, heap=None) -> None:

@@ -38,9 +38,9 @@ class LaunchShape:
 
     def __init__(self, config, heap):
         self.device = heap.device
-        self.block = config.block_size or DEFAULT_BLOCK
+        self.block = getattr(config, "block_size", None) or DEFAULT_BLOCK
         self.warps = config.num_warps or _DEFAULT_WARPS.get(heap.device.type, _DEFAULT_WARPS["cpu"])
-        self.num_programs = config.num_programs
+        self.num_programs = getattr(config, "num_programs", None)
         self.ranks_per_device = heap.ranks_per_device
 
     def constexprs(self, kernel) -> dict:

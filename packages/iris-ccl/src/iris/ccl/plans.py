@@ -22,10 +22,13 @@ from .arguments import flat
 from .config import DEFAULT, Config
 from .workspace import Workspace, existing_workspace, workspace_of
 
-__all__ = ["MAX_PLANS", "Plan", "call_key", "replay", "replay_recent"]
+__all__ = ["MAX_PLANS", "PLANNED_CONFIGS", "Plan", "call_key", "replay", "replay_recent"]
 
 #: Plans kept per heap (the oldest is dropped first).
 MAX_PLANS = 256
+#: The configuration types whose calls are planned: the collectives' ``Config``, and those of the
+#: layers above that add theirs (each a frozen, hashable dataclass with a ``blocking`` field).
+PLANNED_CONFIGS: set[type] = {Config}
 
 
 class Plan:
@@ -66,9 +69,9 @@ class Plan:
             ends = (_slot(dst, tensors), _slot(src, tensors))
             self.steps = None if None in ends else [*self.steps, ("copy", *ends)]
 
-    def valid(self, ws: Workspace) -> bool:
+    def valid(self, workspace: Workspace) -> bool:
         for role, buf in self.buffers.items():  # a loop, not all(...): this runs on every planned call
-            if ws.staging_buffer(role) is not buf:
+            if workspace.staging_buffer(role) is not buf:
                 return False
         return True
 
@@ -117,7 +120,7 @@ def call_key(heap, name: str, config, scalars: tuple, tensors: tuple):
     must reject). Every planned call builds one, so it avoids what costs the host most here
     (``torch.device.type``, a list per call)."""
     cfg = DEFAULT if config is None else config
-    if type(cfg) is not Config or cfg.blocking:
+    if type(cfg) not in PLANNED_CONFIGS or cfg.blocking:
         return None
     try:
         # The first tensor's device stands for the heap's (the key holds every tensor's device,
@@ -148,20 +151,20 @@ def replay(heap, key, tensors: tuple) -> bool:
     """
     if key is None:
         return False
-    ws = workspace_of(heap)
+    workspace = workspace_of(heap)
     try:
-        plan = ws.plans.get(key)
+        plan = workspace.plans.get(key)
     except TypeError:  # an unhashable scalar (op, src): the full path rejects it
         return False
-    if plan is None or not plan.valid(ws):
+    if plan is None or not plan.valid(workspace):
         return False
-    _run(ws, plan, tensors)
+    _run(workspace, plan, tensors)
     last = plan.last
     if last is not None and _same_objects(last, tensors):
-        if len(ws.recent) >= MAX_PLANS:
-            ws.recent.clear()
+        if len(workspace.recent) >= MAX_PLANS:
+            workspace.recent.clear()
         # key: name, config, scalars, device, then per tensor what call_key read of it
-        ws.recent[(*key[:3], *map(id, tensors))] = _Recent(heap, plan, last, key[4:])
+        workspace.recent[(*key[:3], *map(id, tensors))] = _Recent(heap, plan, last, key[4:])
     else:
         plan.last = (weakref.ref(tensors[0]),) if len(tensors) == 1 else tuple(map(weakref.ref, tensors))
     return True
@@ -207,14 +210,14 @@ def replay_recent(heap, name: str, config, scalars: tuple, tensors: tuple) -> bo
     a loop, the checks inline.
     """
     try:
-        ws = existing_workspace(heap)
-        if ws is None:
+        workspace = existing_workspace(heap)
+        if workspace is None:
             return False
         if config is None:
             config = DEFAULT
         if len(tensors) == 1:
             t = tensors[0]
-            recent = ws.recent.get((name, config, scalars, id(t)))
+            recent = workspace.recent.get((name, config, scalars, id(t)))
             if recent is None:
                 return False
             ptr, shape, stride, dtype = recent.props[0]
@@ -222,7 +225,7 @@ def replay_recent(heap, name: str, config, scalars: tuple, tensors: tuple) -> bo
                     or t.dtype is not dtype):  # fmt: skip
                 return False
         else:
-            recent = ws.recent.get((name, config, scalars, *map(id, tensors)))
+            recent = workspace.recent.get((name, config, scalars, *map(id, tensors)))
             if recent is None:
                 return False
             for t, ref, (ptr, shape, stride, dtype) in zip(tensors, recent.refs, recent.props):
@@ -238,18 +241,14 @@ def replay_recent(heap, name: str, config, scalars: tuple, tensors: tuple) -> bo
     plan = recent.plan
     if plan.gpu and not (_launch.DIRECT_LAUNCH and plan.device == _internals.current_device() and _launch.hooks_idle()):
         return False
-    if plan.buffers and not plan.valid(ws):
+    if plan.buffers and not plan.valid(workspace):
         return False
-    _run(ws, plan, tensors)
+    _run(workspace, plan, tensors)
     return True
 
 
-def _run(ws: Workspace, plan: Plan, tensors: tuple) -> None:
+def _run(workspace: Workspace, plan: Plan, tensors: tuple) -> None:
     """``plan``'s launches, once the collectives are ready, counted as launched."""
-    ws.check_ready(plan.name)
-    ws.record(plan.name, plan.launches)
-    try:
+    workspace.check_ready(plan.name)
+    with workspace.launching(plan.name, plan.launches):
         plan.run(tensors)
-    except BaseException as e:
-        ws.mark_broken(f"a failure inside {plan.name}'s launch ({type(e).__name__}: {e})")
-        raise

@@ -57,19 +57,21 @@ every entry flag raised before the peer's give-up reaches it; it then moves the 
 the exit. After any error, the contents of the tensors of the failed call are undefined on every
 rank; the tensors of no other call are touched.
 
-The description is four values: ``CODE`` packs the collective, its variant, the op, the
+The description is five values: ``CODE`` packs the kind of call, its variant, the op, the
 dtype, which tensors are on the heap, the source rank and the input's memory layout (the order of
 its dims in memory: 0 for row-major, so a channels_last tensor on one rank and a contiguous one on
-another differ); ``NUMEL`` is the element count of the
-input; ``OFF_A`` / ``OFF_B`` are the heap offsets of the buffers that peers read or write (the
-user's heap tensors or the collective's staging), -1 where there is none. They travel as
-``DESC_SLOTS`` int64 words (CODE split into its low 30 bits and the rest), each ``payload <<
-TAG_BITS | epoch % 2**TAG_BITS``; a rank is never more than one call ahead of a peer, so a word
-two epochs old has another tag. A rank that arrived in the instant of a peer's deadline may have
-raised its flag before its words landed; the peer then compares words without this epoch's tag
-and reports a mismatch, never a silent agreement. Launch shapes (block
-size, programs, warps, backend) are not part of it: each rank's tiling is its own business, and
-ranks that pick different ones still move the same bytes.
+another differ); ``NUMEL`` is the element count of the input; ``OFF_A`` / ``OFF_B`` are the heap
+offsets of the buffers that peers read or write (the user's heap tensors or the collective's
+staging), -1 where there is none; ``SHAPE`` is 0 for a collective. Kinds of call built on this
+protocol by a layer above (``iris.ops``' fused operations) are registered with ``register_kind``,
+which says what their fields hold instead (tiles in the source field, programs in the layout
+field, K and N in ``SHAPE``). They travel as ``DESC_SLOTS`` int64 words (CODE split into its low
+30 bits and the rest), each ``payload << TAG_BITS | epoch % 2**TAG_BITS``; a rank is never more
+than one call ahead of a peer, so a word two epochs old has another tag. A rank that arrived in
+the instant of a peer's deadline may have raised its flag before its words landed; the peer then
+compares words without this epoch's tag and reports a mismatch, never a silent agreement. A
+collective's launch shape (block size, programs, warps, backend) is not part of it: each rank's
+tiling is its own business, and ranks that pick different ones still move the same bytes.
 """
 
 from __future__ import annotations
@@ -78,37 +80,72 @@ import functools
 
 import torch
 
+import iris.heap
 from iris.heap import context as abi
 
 from .errors import CollectiveAbandonedError, CollectiveMismatchError, CollectiveTimeoutError
 
-__all__ = ["KINDS", "VARIANTS", "REDUCE_OPS", "OPS", "DESC_WORDS", "DESC_SLOTS", "TAG_BITS", "describe", "decode",
-           "translate_error"]  # fmt: skip
+__all__ = ["KINDS", "VARIANTS", "REDUCE_OPS", "OPS", "DESC_WORDS", "DESC_SLOTS", "TAG_BITS", "KindFields", "describe",
+           "decode", "register_kind", "register_variant", "translate_error"]  # fmt: skip
 
-DESC_WORDS = 4
+DESC_WORDS = 5
 #: The words a description is published as: CODE's low 30 bits and its high bits, NUMEL, OFF_A,
-#: OFF_B, each shifted up by TAG_BITS to carry the epoch's low bits (every payload fits in 55 bits).
-DESC_SLOTS = 5
+#: OFF_B, SHAPE, each shifted up by TAG_BITS to carry the epoch's low bits (every payload fits in 55 bits).
+DESC_SLOTS = 6
 TAG_BITS = 8
-FIELDS = ("code", "numel", "offset a", "offset b")
+#: The largest payload a description word carries (NUMEL, an offset, SHAPE).
+MAX_PAYLOAD = (1 << 55) - 1
+FIELDS = ("code", "numel", "offset a", "offset b", "shape")
 
 KINDS = {"all_reduce": 1, "all_gather": 2, "reduce_scatter": 3, "all_to_all": 4, "broadcast": 5, "barrier": 6}
+_KIND_BITS = 4  # CODE's collective field: at most 15 kinds
+
+
+class KindFields:
+    """What a kind registered by a layer above holds where a collective's description holds its
+    source rank, memory layout, element count and SHAPE word: a name and a reader for each
+    (``read(value)``: what the error shows), used in mismatch errors."""
+
+    def __init__(self, src=("src", int), layout=("memory layout", int), numel=("element count", int),
+                 shape=("shape", int)):  # fmt: skip
+        self.src, self.layout, self.numel, self.shape = src, layout, numel, shape
+
+
+_FIELDS_OF: dict[int, KindFields] = {}  # kind code -> what its fields hold (registered kinds)
+
+
+def register_kind(name: str, code: int, fields: KindFields | None = None) -> None:
+    """Make ``name`` a kind of call on this protocol, numbered ``code`` (7-15: 1-6 are the
+    collectives'). The number is fixed by the registering layer, so every rank agrees on it
+    whatever the order of imports; registering the same name and number again changes nothing."""
+    if KINDS.get(name, code) != code or any(n != name and c == code for n, c in KINDS.items()):
+        raise ValueError(f"cannot register kind {name!r} as {code}: the protocol's kinds are {KINDS}")
+    if not len(KINDS) < code < 1 << _KIND_BITS and name not in KINDS:
+        raise ValueError(f"a registered kind's number must be in 7..{(1 << _KIND_BITS) - 1}, got {code}")
+    KINDS[name] = code
+    if fields is not None:
+        _FIELDS_OF[code] = fields
+    describe.cache_clear()
+
+
+def register_variant(name: str, code: int) -> None:
+    """Make ``name`` a variant a description can name, numbered ``code`` (16 at most; 1-5 are the
+    collectives'), as ``register_kind`` does for kinds."""
+    if VARIANTS.get(name, code) != code or any(n != name and c == code for n, c in VARIANTS.items()):
+        raise ValueError(f"cannot register variant {name!r} as {code}: the protocol's variants are {VARIANTS}")
+    if not 0 < code < 16:
+        raise ValueError(f"a variant's number must be in 1..15, got {code}")
+    VARIANTS[name] = code
+    describe.cache_clear()
 #: Algorithm variants (all_gather's push and pull are picked by where ``out`` lives).
 VARIANTS = {"": 0, "one_shot": 1, "two_shot": 2, "rs_ag": 3, "push": 4, "pull": 5}
 #: The reductions' codes, defined once: the kernels' ``OP`` constexpr (both backends import them)
 #: and the op field of a description.
 REDUCE_OPS = {"sum": 0, "max": 1, "min": 2, "avg": 3}
 OPS = {**REDUCE_OPS, "": 15}  # "": a collective without an op
-#: Every dtype a description can name (the heap holds each; reductions take fewer).
-DTYPES = [
-    getattr(torch, name)
-    for name in (
-        "bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64", "float16",
-        "bfloat16", "float32", "float64", "complex64", "complex128", "float8_e4m3fn", "float8_e5m2",
-        "float8_e4m3fnuz", "float8_e5m2fnuz",
-    )
-    if hasattr(torch, name)
-]  # fmt: skip
+#: Every dtype a description can name: the heap's, numbered by their place in ``iris.heap.DTYPES``
+#: (a dtype the heap cannot hold describes as 0 and is rejected before any launch).
+DTYPES = iris.heap.DTYPES
 _DTYPE_ID = {d: i + 1 for i, d in enumerate(DTYPES)}
 
 # CODE's bit fields: (name, shift, width)
@@ -121,7 +158,8 @@ def describe(
     kind: str, *, variant: str = "", op: str = "", dtype=None, on_heap=(), src: int = -1, layout: int = 0
 ) -> int:
     """The CODE word of a call (see the module docstring); ``layout``: the input's memory order
-    (``iris.ccl.arguments.layout``, 0 for row-major)."""
+    (``iris.ccl.arguments.layout``, 0 for row-major). A registered kind may put other values in
+    ``src`` (20 bits, -1..2**20-2) and ``layout`` (16 bits): its ``KindFields`` says what."""
     heap_bits = sum(1 << i for i, on in enumerate(on_heap) if on)
     values = (KINDS[kind], VARIANTS[variant], OPS[op], _DTYPE_ID.get(dtype, 0), heap_bits, src + 1, layout)
     code = 0
@@ -131,32 +169,46 @@ def describe(
 
 
 def decode(code: int) -> dict[str, object]:
-    """The fields of a CODE word, readable."""
+    """The fields of a CODE word, readable (a registered kind's own fields by their own names)."""
     raw = {name: (code >> shift) & ((1 << width) - 1) for name, shift, width in _BITS}
     inverse = lambda table, v: next((k for k, x in table.items() if x == v), f"#{v}")  # noqa: E731
-    return {
+    fields = {
         "collective": inverse(KINDS, raw["collective"]),
         "variant": inverse(VARIANTS, raw["variant"]) or "-",
         "op": inverse(OPS, raw["op"]) or "-",
         "dtype": DTYPES[raw["dtype"] - 1] if 0 < raw["dtype"] <= len(DTYPES) else "-",
         "on heap": raw["on heap"],
-        "src": raw["src"] - 1,
-        "memory layout": "row-major" if raw["memory layout"] == 0 else f"dims permuted (#{raw['memory layout']})",
     }
+    own = _FIELDS_OF.get(raw["collective"])
+    if own is None:
+        fields["src"] = raw["src"] - 1
+        layout = raw["memory layout"]
+        fields["memory layout"] = "row-major" if layout == 0 else f"dims permuted (#{layout})"
+    else:
+        (src_name, read_src), (layout_name, read_layout) = own.src, own.layout
+        fields[src_name] = read_src(raw["src"] - 1)
+        fields[layout_name] = read_layout(raw["memory layout"])
+    return fields
 
 
-def _field_difference(field: int, mine: int, theirs: int) -> tuple[str, object, object]:
-    """(name, this rank's value, the peer's value) of the first difference in a description."""
+def _field_difference(field: int, mine: int, theirs: int, kind: int) -> tuple[str, object, object]:
+    """(name, this rank's value, the peer's value) of the first difference in a description of a
+    call of ``kind`` (a code of ``KINDS``: what its fields hold)."""
     if field == 0:
         a, b = decode(mine), decode(theirs)
         for name in a:
-            if a[name] != b[name]:
+            if a[name] != b.get(name):
                 if name == "on heap":
                     return "tensors on the heap", _heap_bits(a[name]), _heap_bits(b[name])
-                return name, a[name], b[name]
+                return name, a[name], b.get(name)
         return "code", mine, theirs
+    own = _FIELDS_OF.get(kind)
     if field == 1:
-        return "element count", mine, theirs
+        name, read = own.numel if own is not None else ("element count", int)
+        return name, read(mine), read(theirs)
+    if field == 4:
+        name, read = own.shape if own is not None else ("shape", int)
+        return name, read(mine), read(theirs)
     name = "heap offset of the buffer peers access" + (" (first)" if field == 2 else " (second)")
     return name, _hex(mine), _hex(theirs)
 
@@ -170,22 +222,22 @@ def _hex(offset: int) -> str:
     return "none" if offset < 0 else f"{offset:#x}"
 
 
-def translate_error(heap, error, ws) -> Exception | None:
+def translate_error(heap, error, workspace) -> Exception | None:
     """The collectives' exception for a device error of theirs (``heap.add_error_translator``).
 
-    ``ws``: the heap's ``Workspace``, whose ``name_of(epoch)`` gives the collective that ran at an
-    epoch (as far as the host knows) and ``flag_owner(offset)`` the flag at a heap offset.
+    ``workspace``: the heap's ``Workspace``, whose ``name_of(epoch)`` gives the collective that ran
+    at an epoch (as far as the host knows) and ``flag_owner(offset)`` the flag at a heap offset.
     """
-    name_of_epoch = ws.name_of
+    name_of_epoch = workspace.name_of
     rank = heap.rank
     after = "Call iris.ccl.reset() on every rank before the next collective."
     if error.code == abi.ERROR_COLLECTIVE_TIMEOUT:
         name = name_of_epoch(error.value)
-        owner = ws.flag_owner(error.detail) if error.detail else None
-        phase = "exit" if owner is not None and owner[0] == "exit" else "entry"
-        doing = "reach" if phase == "entry" else "finish"
+        owner = workspace.flag_owner(error.detail) if error.detail else None
+        what = "entry" if owner is None or owner[0] == "abandon" else owner[0]
+        doing = {"entry": "reach it", "exit": "finish it"}.get(what, f"hand over its {what} in it")
         return CollectiveTimeoutError(
-            f"{name} timed out on rank {rank}: rank {error.peer} did not {doing} it within "
+            f"{name} timed out on rank {rank}: rank {error.peer} did not {doing} within "
             f"{heap.wait_timeout:g} s (waited {error.aux / 1e9:.3g} s by the device clock; collective #{error.value} "
             f"on this heap). Rank {error.peer} crashed, is stuck, or called a different collective; this rank "
             f"touched no peer's memory after giving up. {after} heap.wait_timeout sets the bound.",
@@ -211,8 +263,8 @@ def translate_error(heap, error, ws) -> Exception | None:
             value=error.value,
         )  # fmt: skip
     if error.code == abi.ERROR_COLLECTIVE_MISMATCH:
-        field, mine, theirs = _field_difference(error.detail, error.value, error.aux)
         name = decode(error.value)["collective"] if error.detail == 0 else name_of_epoch(-1)
+        field, mine, theirs = _field_difference(error.detail, error.value, error.aux, KINDS.get(str(name), 0))
         return CollectiveMismatchError(
             f"ranks called different collectives: {field} is {mine} on rank {rank} but {theirs} on rank "
             f"{error.peer} (this rank called {name}). No rank touched a peer's memory. Every rank must call "

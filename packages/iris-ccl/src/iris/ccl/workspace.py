@@ -9,6 +9,7 @@ allocating its tensors.
 from __future__ import annotations
 
 import collections
+import contextlib
 import weakref
 
 import torch
@@ -81,6 +82,7 @@ class Workspace:
         self.plans: dict = {}  # call key -> the launches it made (iris.ccl.plans.Plan)
         self.recent: dict = {}  # calls on the same tensor objects as a planned one (iris.ccl.plans.replay_recent)
         self._names: list[str] = []
+        self.flag_rows: dict[str, tuple[int, int]] = {}  # name -> heap offsets [start, end) (name_flags)
         heap.add_error_translator(self._translate)  # the heap holds this workspace; it holds the heap weakly
         untouched = heap.reservations()[SYNC].untouched
         _log.debug("collectives' sync block reserved: %d bytes, %d flag lanes%s", words * 8, f,
@@ -111,6 +113,19 @@ class Workspace:
         """Count ``launches`` launches of collective ``name`` (host epochs, for naming device errors)."""
         self.launched += launches
         self.history.append((self.launched, launches, name))  # one per call: epochs launched - launches + 1 .. launched
+
+    @contextlib.contextmanager
+    def launching(self, name: str, launches: int = 1):
+        """Around the launches of one call of ``name`` (a call's, or a plan's): they are counted
+        (``record``), and a failure inside them leaves the collectives broken until ``reset()``:
+        programs may have published this rank's entry before it (CPU ranks run them one after
+        another), so the epochs can no longer be trusted. The one failure path of every launch."""
+        self.record(name, launches)
+        try:
+            yield
+        except BaseException as e:
+            self.mark_broken(f"a failure inside {name}'s launch ({type(e).__name__}: {e})")
+            raise
 
     def keep_plan(self, key, plan, limit: int = 256) -> None:
         """Keep ``plan`` for calls with ``key``; beyond ``limit`` plans the oldest is dropped."""
@@ -144,8 +159,14 @@ class Workspace:
         _log.error("collectives unusable until iris.ccl.reset() on every rank: %s", reason)
 
     def staging(self, role: str, like: torch.Tensor) -> torch.Tensor:
-        """A reserved buffer shaped like ``like`` for ``role`` ("in", "out"), grown on demand."""
-        nbytes = like.numel() * like.element_size()
+        """A reserved buffer shaped like ``like`` for ``role`` ("in", "out", or a layer above's
+        own), grown on demand."""
+        return self.staging_bytes(role, like.numel() * like.element_size()).view(like.dtype).view(like.shape)
+
+    def staging_bytes(self, role: str, nbytes: int) -> torch.Tensor:
+        """The first ``nbytes`` of ``role``'s reserved buffer (uint8), grown on demand: by doubling
+        (to the exact size when the heap cannot hold double). Every rank grows it at the same calls,
+        so its heap offset is the same on every rank."""
         buf = self._staging.get(role)
         if buf is None or buf.numel() < nbytes:
             size = max(nbytes, 1)
@@ -160,7 +181,7 @@ class Workspace:
                 grown = self._reserve(role, nbytes)  # every rank fails alike: the heaps are symmetric
             _log.debug("staging %r grown to %d bytes", role, grown.numel())
             buf = self._staging[role] = grown
-        return buf[:nbytes].view(like.dtype).view(like.shape)
+        return buf[:nbytes]
 
     def staging_buffer(self, role: str) -> torch.Tensor | None:
         """The whole buffer ``staging(role, ...)`` views now (None before the first)."""
@@ -173,11 +194,22 @@ class Workspace:
         return t
 
     def flag_owner(self, offset: int) -> tuple[str, int] | None:
-        """Which flag (``"entry"``/``"exit"``/``"abandon"``, rank) sits at heap ``offset``, if any."""
+        """Which flag (``"entry"``/``"exit"``/``"abandon"``, or a hand-off row's name given to
+        ``name_flags``; rank) sits at heap ``offset``, if any."""
         index = (offset - self._sync_offset) // 8
         if 0 <= index < 3 * self.flags:
             return ("entry", "exit", "abandon")[index // self.flags], index % self.flags
+        for name, (start, end) in self.flag_rows.items():
+            if start <= offset < end:
+                return name, (offset - start) // 8 % self.flags
         return None
+
+    def name_flags(self, name: str, rows: torch.Tensor) -> None:
+        """Say that ``rows`` (a view of this workspace's staging) holds FLAGS-wide rows of hand-off flags (``signal`` /
+        ``wait_flags`` of the device protocol) called ``name``, so that a timeout on one of them
+        names it (``flag_owner``)."""
+        start = rows.data_ptr() - self.heap.base
+        self.flag_rows[name] = (start, start + rows.numel() * rows.element_size())
 
     def reset(self) -> None:
         """Forget every epoch and give the staging back (``iris.ccl.reset`` runs it on every rank)."""
@@ -186,6 +218,7 @@ class Workspace:
             self.heap.unreserve(name)
         self._names.clear()
         self._staging.clear()
+        self.flag_rows.clear()
         self.plans.clear()
         self.recent.clear()
         self.launched = 0

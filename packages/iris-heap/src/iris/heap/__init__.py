@@ -14,6 +14,7 @@ from .allocator import ALIGNMENT
 from .context import CONTEXT_ABI_VERSION
 from .device_errors import DeviceError, Watchdog
 from .errors import *  # noqa: F403 (every error class is public: errors.__all__)
+from .factories import DTYPES
 from .heap import HeapStats, Reservation, SymmetricHeap, default_heap, init
 
 __version__ = "0.2.0"
@@ -21,6 +22,7 @@ __version__ = "0.2.0"
 __all__ = [
     "ALIGNMENT",
     "CONTEXT_ABI_VERSION",
+    "DTYPES",
     "DeviceError",
     "HeapStats",
     "Reservation",

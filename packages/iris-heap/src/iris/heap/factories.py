@@ -52,9 +52,11 @@ import torch
 
 from .errors import NotOnHeapError
 
-__all__ = ["TensorFactories", "normalize_size", "check_dtype", "contiguous_strides", "extent"]
+__all__ = ["DTYPES", "TensorFactories", "normalize_size", "check_dtype", "contiguous_strides", "extent"]
 
-_SUPPORTED = {
+#: Every dtype a heap tensor may have, in a fixed order: layers above number dtypes by their
+#: position here (the collectives' call descriptions), so a new dtype goes at the end.
+DTYPES: tuple[torch.dtype, ...] = tuple(
     getattr(torch, name)
     for name in (
         "bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64",
@@ -62,7 +64,8 @@ _SUPPORTED = {
         "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
     )
     if hasattr(torch, name)
-}  # fmt: skip
+)  # fmt: skip
+_SUPPORTED = frozenset(DTYPES)
 
 #: The rank each memory format other than contiguous_format needs (torch's rule).
 _FORMAT_RANK = {torch.channels_last: 4, torch.channels_last_3d: 5}

@@ -77,6 +77,7 @@ EVENTS = {
     "remote load": 3,  # loads from a peer (target rank: the peer; bytes: what was read)
     "remote store": 4,  # stores to a peer (target rank: the peer; bytes: what was written)
     "exit wait": 5,  # waiting for every rank to leave a collective
+    "tile wait": 6,  # waiting for peers' tiles inside a fused operation (target rank: this one)
 }
 #: ``register`` hands out ids from here up, in the order names are registered.
 FIRST_USER_EVENT = 256

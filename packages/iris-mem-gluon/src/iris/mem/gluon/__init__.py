@@ -28,12 +28,7 @@ __version__ = "0.2.0"
 CONTEXT_ABI_VERSION = 2
 
 # Before the submodules: they read the layout's names, which an older iris-heap lacks.
-if _heap.CONTEXT_ABI_VERSION != CONTEXT_ABI_VERSION:
-    raise ImportError(
-        f"iris.mem.gluon {__version__} reads device-context ABI version {CONTEXT_ABI_VERSION}, but the "
-        f"installed iris-heap provides version {_heap.CONTEXT_ABI_VERSION}; install an iris-heap release "
-        "within iris-mem-gluon's declared range"
-    )
+_heap.context.check_version("iris-mem-gluon", __version__, CONTEXT_ABI_VERSION)
 
 from . import ops  # noqa: E402
 from ._cpu import UnsupportedOnCPUError, interpret  # noqa: E402

@@ -1,0 +1,260 @@
+"""The fused operations' kernels, in Triton over ``iris.mem.triton``.
+
+Each is one persistent launch on the collectives' protocol (``iris.ccl.protocol_triton``): it
+publishes its description and waits for every rank at its entry (``begin``), deals output tiles
+over its programs with a grid stride, and waits for every rank at its exit (``finish``), so no
+rank reads or writes a peer's buffer before the peer reached the call, nor returns while a peer
+may still touch its own. In between, communication happens tile by tile while other tiles are
+computed:
+
+- ``matmul_all_gather_kernel`` (push): each finished tile of ``a @ b`` is stored into every
+  rank's output (the next rank first, this rank's own copy last); stores leave the program at
+  once, so the next tile's product overlaps them.
+- ``all_gather_matmul_kernel`` (pull): the A tiles of rank s's rows are read straight from rank
+  s's copy of ``a`` inside the product's K loop, this rank's own rows first.
+- ``matmul_reduce_kernel`` (reduce-scatter, and all-reduce): output rows are split into one group
+  per rank; a rank computes the groups of the next ranks first and its own last, storing each
+  tile's partial product into its owner's exchange buffer and ``signal``-ing it; the owner waits
+  for every rank's partial of a tile (``wait_flags``) right after computing its own, and reduces
+  them in rank order (every rank's result the same bits), storing the result (all-reduce: into
+  every rank's output).
+
+A program waits only for the programs of its own index on other ranks (every rank deals tiles
+alike: the tiling is in the description), and sends before it waits, so the kernels are correct
+under Triton's interpreter too, which runs a launch's programs one after another.
+
+``iris.ops._gluon_kernels`` has the same kernels with the same signatures in Gluon.
+"""
+
+import triton
+import triton.language as tl
+
+import iris.mem.triton as imt
+from iris.ccl import protocol
+from iris.ccl import protocol_triton as proto
+from iris.heap.tracing import EVENTS
+
+__all__ = ["all_gather_matmul_kernel", "matmul_all_gather_kernel", "matmul_reduce_kernel"]
+
+_AVG = tl.constexpr(protocol.REDUCE_OPS["avg"])
+# Config(trace=True): each tile's product, its stores to peers, and waits for peers' tiles.
+_TILE = tl.constexpr(EVENTS["tile"])
+_REMOTE_STORE = tl.constexpr(EVENTS["remote store"])
+_TILE_WAIT = tl.constexpr(EVENTS["tile wait"])
+
+
+@triton.jit
+def _probe():
+    pass
+
+
+#: Whether kernels run under Triton's interpreter in this process (fixed at import, as Triton's own choice).
+_INTERPRETED = tl.constexpr(type(_probe).__name__ == "InterpretedFunction")
+
+
+@triton.jit
+def _tile_of(t, tiles_m, tiles_n, GROUP_M: tl.constexpr):
+    """Tile index -> (pid_m, pid_n): GROUP_M tile rows at a time sweep the tile columns, so the
+    B tiles they share stay in L2."""
+    width = GROUP_M * tiles_n
+    first_m = (t // width) * GROUP_M
+    rows = tl.minimum(tiles_m - first_m, GROUP_M)
+    return first_m + (t % width) % rows, (t % width) // rows
+
+
+@triton.jit
+def _dot_operand(x):
+    """``x`` as a ``tl.dot`` operand: itself, except bf16 under the interpreter (which multiplies
+    bf16 as its raw 16-bit integers) is widened to fp32 there, exactly."""
+    if _INTERPRETED and x.dtype == tl.bfloat16:
+        return x.to(tl.float32)
+    return x
+
+
+@triton.jit
+def _product(a, b, rm, row_ok, rn, N, K, stride_am, stride_ak, stride_bk, stride_bn, g, stride_gm, stride_gk,
+             gather, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):  # fmt: skip
+    """The fp32 tile ``a[rm, :] @ b[:, rn]``; rows where ``row_ok`` fails, columns past N and K past
+    K read as 0. Where ``gather`` holds, each A tile is also stored into ``g`` (rows ``rm``)."""
+    rk = tl.arange(0, BLOCK_K)
+    a_ptrs = a + rm[:, None].to(tl.int64) * stride_am + rk[None, :] * stride_ak
+    b_ptrs = b + rk[:, None].to(tl.int64) * stride_bk + rn[None, :] * stride_bn
+    g_ptrs = g + rm[:, None].to(tl.int64) * stride_gm + rk[None, :] * stride_gk
+    col_ok = rn[None, :] < N
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        k_left = K - k * BLOCK_K
+        a_ok = row_ok[:, None] & (rk[None, :] < k_left)
+        x = tl.load(a_ptrs, mask=a_ok, other=0.0)
+        y = tl.load(b_ptrs, mask=(rk[:, None] < k_left) & col_ok, other=0.0)
+        if gather:
+            tl.store(g_ptrs, x, mask=a_ok)
+        acc = tl.dot(_dot_operand(x), _dot_operand(y), acc, input_precision=PRECISION)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+        g_ptrs += BLOCK_K * stride_gk
+    return acc
+
+
+@triton.jit
+def _tile_bytes(c, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    return BLOCK_M * BLOCK_N * (c.dtype.element_ty.primitive_bitwidth // 8)
+
+
+_DESC = ["CODE", "NUMEL", "OFF_A", "OFF_B", "SHAPE"]  # vary per call: never specialized on
+
+
+@imt.interpret()
+@triton.jit(do_not_specialize=_DESC)
+def matmul_all_gather_kernel(
+    context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, a, b, c, M, N, K,
+    stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    PRECISION: tl.constexpr, FLAGS: tl.constexpr, SCOPE: tl.constexpr, TRACE: tl.constexpr,
+):  # fmt: skip
+    """``c[:, rank*N : (rank+1)*N] = a @ b`` (a: M x K, b: K x N) in every rank's ``c`` (a heap
+    buffer of M x W*N, the same on every rank)."""
+    ctx, tr, epoch, go = proto.begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, FLAGS, SCOPE, TRACE)
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    t = tl.program_id(0)
+    while go & (t < tiles_m * tiles_n):
+        pid_m, pid_n = _tile_of(t, tiles_m, tiles_n, GROUP_M)
+        rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        h = tr.record_start(_TILE, ctx.rank, _tile_bytes(c, BLOCK_M, BLOCK_N))
+        acc = _product(a, b, rm, rm < M, rn, N, K, stride_am, stride_ak, stride_bk, stride_bn, c, 0, 0, False,
+                       BLOCK_K, PRECISION, BLOCK_M, BLOCK_N)  # fmt: skip
+        out = proto.cast_out(acc, c.dtype.element_ty)
+        tr.record_end(h)
+        ptrs = c + rm[:, None].to(tl.int64) * stride_cm + (ctx.rank * N + rn)[None, :].to(tl.int64) * stride_cn
+        mask = (rm[:, None] < M) & (rn[None, :] < N)
+        for j in range(1, ctx.world_size + 1):  # the next rank first, this rank's own copy last
+            to = (ctx.rank + j) % ctx.world_size
+            h = tr.record_start(_REMOTE_STORE, to, _tile_bytes(c, BLOCK_M, BLOCK_N))
+            ctx.store(ptrs, out, to, mask=mask)
+            tr.record_end(h)
+        t += tl.num_programs(0)
+    proto.finish(ctx, tr, sync, epoch, go, FLAGS, SCOPE)
+
+
+@imt.interpret()
+@triton.jit(do_not_specialize=_DESC)
+def all_gather_matmul_kernel(
+    context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, a, b, c, g, m, N, K,
+    stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_gm, stride_gk,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    PRECISION: tl.constexpr, GATHER: tl.constexpr, FLAGS: tl.constexpr, SCOPE: tl.constexpr, TRACE: tl.constexpr,
+):  # fmt: skip
+    """``c[s*m : (s+1)*m] = a_s @ b`` for every rank s (a_s: rank s's copy of ``a``, m x K, a heap
+    buffer at the same offset on every rank; b: K x N), this rank's rows first. ``GATHER``: the
+    A tiles of the first tile column are also stored into ``g`` (W*m x K, every rank's ``a``)."""
+    ctx, tr, epoch, go = proto.begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, FLAGS, SCOPE, TRACE)
+    tiles_m = tl.cdiv(m, BLOCK_M)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    per_rank = tiles_m * tiles_n
+    t = tl.program_id(0)
+    while go & (t < ctx.world_size * per_rank):
+        s = (ctx.rank + t // per_rank) % ctx.world_size
+        pid_m, pid_n = _tile_of(t % per_rank, tiles_m, tiles_n, GROUP_M)
+        rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        h = tr.record_start(_TILE, s, _tile_bytes(c, BLOCK_M, BLOCK_N))
+        acc = _product(ctx.translate(a, s), b, rm, rm < m, rn, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                       g + s * m * stride_gm, stride_gm, stride_gk, GATHER & (pid_n == 0), BLOCK_K, PRECISION,
+                       BLOCK_M, BLOCK_N)  # fmt: skip
+        rows = s * m + rm
+        ptrs = c + rows[:, None].to(tl.int64) * stride_cm + rn[None, :].to(tl.int64) * stride_cn
+        tl.store(ptrs, proto.cast_out(acc, c.dtype.element_ty), mask=(rm[:, None] < m) & (rn[None, :] < N))
+        tr.record_end(h)
+        t += tl.num_programs(0)
+    proto.finish(ctx, tr, sync, epoch, go, FLAGS, SCOPE)
+
+
+@triton.jit
+def _reduce_tile(ctx, partials, rl, rn, rows, N, OP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """``OP`` over ranks 0, 1, ..., W-1 (in that order) of their partials of one tile (fp32)."""
+    ptrs = partials + rl[:, None].to(tl.int64) * N + rn[None, :]
+    mask = (rl[:, None] < rows) & (rn[None, :] < N)
+    size = rows.to(tl.int64) * N
+    # volatile: what peers stored here since this rank's last look comes from memory, not a cache
+    acc = tl.load(ptrs, mask=mask, other=0.0, volatile=True).to(tl.float32)
+    for r in range(1, ctx.world_size):
+        v = tl.load(ptrs + r * size, mask=mask, other=0.0, volatile=True).to(tl.float32)
+        acc = proto.combine(acc, v, OP, True)
+    if OP == _AVG:
+        acc = tl.div_rn(acc, ctx.world_size.to(tl.float32))  # IEEE-rounded, as torch divides
+    return acc
+
+
+@imt.interpret()
+@triton.jit(do_not_specialize=_DESC)
+def matmul_reduce_kernel(
+    context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, a, b, out, partials, flags, M, N, K, rows,
+    stride_am, stride_ak, stride_bk, stride_bn, stride_om, stride_on,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    PRECISION: tl.constexpr, OP: tl.constexpr, ALL_REDUCE: tl.constexpr,
+    FLAGS: tl.constexpr, SCOPE: tl.constexpr, TRACE: tl.constexpr,
+):  # fmt: skip
+    """Rows [o*rows, (o+1)*rows) of ``sum_r a_r @ b_r`` (``OP`` over ranks, in rank order) on rank o
+    (a: M x K, b: K x N): into the local ``out`` (rows x N), or with ``ALL_REDUCE`` into every
+    rank's ``out`` (M x N, a heap buffer the same on every rank) at those rows.
+
+    ``partials`` (W x rows x N, of ``out``'s dtype) and ``flags`` (one FLAGS-wide row per tile of
+    a group) are this rank's exchange buffer, at the same heap offset on every rank: rank s stores
+    its partial of a tile of group o into rank o's ``partials[s]`` and raises its lane of the
+    tile's row there."""
+    ctx, tr, epoch, go = proto.begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, FLAGS, SCOPE, TRACE)
+    tiles_m = tl.cdiv(rows, BLOCK_M)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    size = rows.to(tl.int64) * N
+    for j in range(1, ctx.world_size + 1):  # the next rank's rows first, this rank's own last
+        o = (ctx.rank + j) % ctx.world_size
+        t = tl.program_id(0)
+        while go & (t < tiles_m * tiles_n):
+            pid_m, pid_n = _tile_of(t, tiles_m, tiles_n, GROUP_M)
+            rl = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # rows within the group
+            rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+            rm = o * rows + rl
+            row_ok = (rl < rows) & (rm < M)
+            h = tr.record_start(_TILE, o, _tile_bytes(partials, BLOCK_M, BLOCK_N))
+            acc = _product(a, b, rm, row_ok, rn, N, K, stride_am, stride_ak, stride_bk, stride_bn, a, 0, 0, False,
+                           BLOCK_K, PRECISION, BLOCK_M, BLOCK_N)  # fmt: skip
+            part = proto.cast_out(acc, partials.dtype.element_ty)
+            tr.record_end(h)
+            h = tr.record_start(_REMOTE_STORE, o, _tile_bytes(partials, BLOCK_M, BLOCK_N))
+            mine = partials + ctx.rank * size + rl[:, None].to(tl.int64) * N + rn[None, :]
+            ctx.store(mine, part, o, mask=row_ok[:, None] & (rn[None, :] < N))
+            go = proto.signal(ctx, flags + t * FLAGS, epoch, o, SCOPE)
+            tr.record_end(h)
+            if go & (j == ctx.world_size):  # a tile of this rank's rows: every rank's partial, reduced
+                h = tr.record_start(_TILE_WAIT, ctx.rank, 0)
+                go = proto.wait_flags(ctx, flags + t * FLAGS, sync, epoch, FLAGS, SCOPE)
+                tr.record_end(h)
+                if go:
+                    res = proto.cast_out(_reduce_tile(ctx, partials, rl, rn, rows, N, OP, BLOCK_M, BLOCK_N),
+                                         out.dtype.element_ty)  # fmt: skip
+                    mask = row_ok[:, None] & (rn[None, :] < N)
+                    if ALL_REDUCE:
+                        ptrs = out + rm[:, None].to(tl.int64) * stride_om + rn[None, :].to(tl.int64) * stride_on
+                        for i in range(1, ctx.world_size + 1):  # the next rank first, this rank's own last
+                            to = (ctx.rank + i) % ctx.world_size
+                            h = tr.record_start(_REMOTE_STORE, to, _tile_bytes(out, BLOCK_M, BLOCK_N))
+                            ctx.store(ptrs, res, to, mask=mask)
+                            tr.record_end(h)
+                    else:
+                        ptrs = out + rl[:, None].to(tl.int64) * stride_om + rn[None, :].to(tl.int64) * stride_on
+                        tl.store(ptrs, res, mask=mask)
+            t += tl.num_programs(0)
+    proto.finish(ctx, tr, sync, epoch, go, FLAGS, SCOPE)
+
+
+def launch_options(config, dtype, target) -> dict:
+    """Constexprs and launch options beyond the shared ones: Triton picks layouts itself and
+    software-pipelines the K loop over ``config.num_stages`` stages."""
+    return {"num_stages": config.num_stages}
+
+
+def uses_tensor_cores(target, dtype) -> bool:
+    """Whether the products run on tensor cores: ``tl.dot`` picks them itself wherever the target has them."""
+    return True

@@ -1,0 +1,118 @@
+"""``Config``: how a fused operation is tiled and launched, and on which backend.
+
+Unlike a collective's launch shape, a fused operation's tiling is part of its description
+(``iris.ops.description``): ranks hand each other tiles by their index, so every rank must cut the
+output into the same tiles and deal them over the same number of programs. Ranks that resolve
+``None`` fields alike (the same device kind, the same dtype) agree without saying so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+
+from iris.ccl.config import BACKENDS, MAX_NUM_WARPS
+
+__all__ = ["BACKENDS", "Config", "DEFAULT", "MAX_BLOCK", "MAX_GROUP_M", "MAX_PROGRAMS", "resolve"]
+
+#: Tile sides are powers of two in [16, MAX_BLOCK] (the description holds their logarithms in 3 bits).
+MAX_BLOCK = 2048
+#: Tile rows swept together (``group_m``) at most (8 bits of the description).
+MAX_GROUP_M = 256
+#: Programs per launch at most (16 bits of the description).
+MAX_PROGRAMS = (1 << 16) - 1
+_MAX_STAGES = 8
+
+
+@dataclass(frozen=True)
+class Config:
+    """Tiling, launch and backend of a fused operation; ``None`` fields take defaults for the
+    device and dtype (``resolve``).
+
+    - ``block_m``, ``block_n``, ``block_k``: the output tile (``block_m`` x ``block_n``) and the
+      inner-dimension step, powers of two in [16, ``MAX_BLOCK``].
+    - ``group_m``: tile rows swept together across the columns, so their B tiles stay in L2.
+    - ``num_programs``: programs of the persistent kernel (each deals tiles with a grid stride).
+      The default fills the GPU once, shared among the ranks on it (every program of every rank
+      is resident together: ranks wait for one another's tiles); 2 on CPU ranks.
+    - ``num_warps``, ``num_stages``: warps per program; software-pipeline stages of the K loop
+      (Triton; the Gluon backend's portable core double-buffers in registers).
+    - ``backend``: ``"triton"`` (``tl.dot``) or ``"gluon"``; the host code and the protocol are the same.
+    - ``blocking``, ``trace``: as ``iris.ccl.Config``'s (wait and raise at once; record the
+      kernel's phases into ``heap.tracing``: entry and exit waits, each tile's product, each
+      tile's stores to or loads from a peer, each wait for peers' tiles).
+    """
+
+    block_m: int | None = None
+    block_n: int | None = None
+    block_k: int | None = None
+    group_m: int | None = None
+    num_programs: int | None = None
+    num_warps: int | None = None
+    num_stages: int | None = None
+    backend: str = "triton"
+    blocking: bool = False
+    trace: bool = False
+
+    def __post_init__(self):
+        if not isinstance(self.backend, str) or self.backend not in BACKENDS:
+            raise ValueError(f"unknown backend {self.backend!r}; choose one of {BACKENDS}")
+        for name in ("block_m", "block_n", "block_k"):
+            v = getattr(self, name)
+            if v is not None and (not _is_int(v) or not 16 <= v <= MAX_BLOCK or v & (v - 1)):
+                raise ValueError(f"{name} must be a power of two in [16, {MAX_BLOCK}], got {v!r}")
+        _check_range("group_m", self.group_m, 1, MAX_GROUP_M)
+        _check_range("num_programs", self.num_programs, 1, MAX_PROGRAMS)
+        _check_range("num_stages", self.num_stages, 1, _MAX_STAGES)
+        w = self.num_warps
+        if w is not None and (not _is_int(w) or not 1 <= w <= MAX_NUM_WARPS or w & (w - 1)):
+            raise ValueError(f"num_warps must be a power of two in [1, {MAX_NUM_WARPS}], got {w!r}")
+        for name in ("blocking", "trace"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _check_range(name: str, v, low: int, high: int) -> None:
+    if v is not None and (not _is_int(v) or not low <= v <= high):
+        raise ValueError(f"{name} must be an int in [{low}, {high}], got {v!r}")
+
+
+#: What a call without ``config`` runs with.
+DEFAULT = Config()
+
+
+def _defaults(backend: str, dtype: torch.dtype, gpu: bool, mma: bool) -> dict:
+    """The tiles a call uses unless told otherwise (GPU: chosen for sm_90).
+
+    Triton: 128x256x64, 8 warps, 3 stages for 16-bit inputs (144 KiB of shared memory for the
+    pipeline: one program per multiprocessor), 128x128x32 for fp32. Gluon: 128x128x32 with 8 warps
+    on tensor cores (mma_v2), 64x64x32 with 4 warps on FMA units. CPU ranks: 32x32x16 (few, cheap
+    programs under the interpreter).
+    """
+    if not gpu:
+        return dict(block_m=32, block_n=32, block_k=16, group_m=2, num_warps=4, num_stages=1)
+    if backend == "gluon":
+        if mma:
+            return dict(block_m=128, block_n=128, block_k=32, group_m=8, num_warps=8, num_stages=1)
+        return dict(block_m=64, block_n=64, block_k=32, group_m=8, num_warps=4, num_stages=1)
+    if dtype == torch.float32:
+        return dict(block_m=128, block_n=128, block_k=32, group_m=8, num_warps=8, num_stages=3)
+    return dict(block_m=128, block_n=256, block_k=64, group_m=8, num_warps=8, num_stages=3)
+
+
+def resolve(config: Config | None, dtype: torch.dtype, heap, *, mma: bool = True) -> Config:
+    """``config`` with every ``None`` field but ``num_programs`` filled for ``dtype`` on ``heap``'s
+    device (``num_programs`` depends on the call's tiles: ``iris.ops.launch``)."""
+    if config is None:
+        config = DEFAULT
+    elif not isinstance(config, Config):
+        raise TypeError(f"config must be an iris.ops.Config, got {type(config).__name__}")
+    base = _defaults(config.backend, dtype, heap.device.type == "cuda", mma)
+    chosen = {k: v for k, v in base.items() if getattr(config, k) is None}
+    return dataclasses.replace(config, **chosen) if chosen else config

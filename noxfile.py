@@ -67,6 +67,7 @@ LAYERS = {
     "triton": Layer("iris-mem-triton", tritons=(TRITON_OLDEST, TRITON_NEWEST)),
     "gluon": Layer("iris-mem-gluon", tritons=(TRITON_OLDEST, TRITON_NEWEST)),
     "ccl": Layer("iris-ccl", extras="gluon", tritons=(TRITON_NEWEST,), backends=("triton", "gluon")),
+    "ops": Layer("iris-ops", extras="gluon", tritons=(TRITON_NEWEST,), backends=("triton", "gluon")),
     "examples": Layer("iris-examples", tritons=(TRITON_NEWEST,)),
 }
 

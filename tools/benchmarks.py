@@ -84,6 +84,17 @@ STEPS = [
     Step("gemm_gluon", "Fused GEMM all-scatter (Gluon)",
          (*EXAMPLES, "gemm-all-scatter-gluon", "--ranks", "4", "--csv", "{csv}", "--plot", "{plot}"),
          "The same with the Gluon kernel.", plot=True),
+    Step("ops", "iris.ops: fused GEMM + communication against unfused and against the limit (Triton)",
+         (*EXAMPLES, "ops-bench", "--ranks", "4", "--csv", "{csv}", "--plot", "{plot}"),
+         "Per op and MLP shape: the fused op, torch.matmul + the iris.ccl collective (unfused), the two parts "
+         "alone, the GEMM core with communication off, and the limit max(matmul, traffic at the copy rate) "
+         "measured in the same run (targets: fused <= 1.25x the limit where communication >= 30%, never "
+         "slower than unfused; core >= 0.85x torch.matmul at 8192^3).", plot=True, timeout=1200),
+    Step("tp_mlp", "iris.ops: a tensor-parallel MLP block, fused against unfused (Triton)",
+         (*EXAMPLES, "tp-mlp", "--ranks", "4", "--csv", "{csv}", "--plot", "{plot}"),
+         "all_gather_matmul + GELU + matmul_reduce_scatter against all_gather + matmul + GELU + matmul + "
+         "reduce_scatter (iris.ccl), hidden 4096/8192, 1k-16k tokens (target: fused faster at every width).",
+         plot=True),
 ]  # fmt: skip
 BY_NAME = {s.name: s for s in STEPS}
 

@@ -32,12 +32,11 @@ from _ccl_cases import ops_for, reference_reduce  # torch.distributed's semantic
 import iris.ccl as ccl
 import iris.heap
 from iris.ccl import call, protocol
+from iris.testing.guarded import GUARD, UNWRITTEN, Guarded, as_bytes  # noqa: F401 (the fault tests' memory)
 
 HEAP_SIZE = 1 << 22
 BLOCK = 64
 PROGRAMS = 2
-GUARD = 256  # guard bytes after each tensor (and a canary allocation of as many)
-TAIL, CANARY, UNWRITTEN = 0xA5, 0x5A, 0xCC  # guard, canary and not-yet-written output bytes
 #: Seconds a bounded wait may overrun its bound on the host's clock beyond the 1.5x the issue
 #: allows: under Triton's interpreter a launch costs the host ~30-60 ms of Python before the
 #: kernel's wait starts its clock, and a rank's call returns only after its kernel's last
@@ -73,10 +72,6 @@ def sample(shape, dtype, seed: int, rank: int) -> torch.Tensor:
     return torch.randint(lo, hi, shape, generator=g, dtype=torch.int64).to(dtype)
 
 
-def as_bytes(t: torch.Tensor) -> torch.Tensor:
-    return t.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
-
-
 def same(got: torch.Tensor, want: torch.Tensor) -> bool:
     """Equal dtype, shape and bytes (data movement must not change a bit)."""
     return (
@@ -108,81 +103,6 @@ def summary(e: BaseException | None) -> dict | None:
         if hasattr(e, name):
             out[name] = getattr(e, name)
     return out
-
-
-class Guarded:
-    """The memory of one case: tensors with guard bytes around them, and checks that only the
-    call's tensors changed."""
-
-    def __init__(self, heap):
-        self.heap = heap
-        self.guards: list[tuple[str, torch.Tensor, int]] = []  # (what, bytes, the byte they hold)
-        self.tensors: dict[str, torch.Tensor] = {}
-        self.frozen: dict[str, torch.Tensor] = {}
-        self.blocks: list[torch.Tensor] = []  # heap allocations, in allocation order
-        self._canary("the canary allocated before every tensor")
-
-    def _canary(self, what: str) -> None:
-        c = self.heap.full((GUARD,), CANARY, dtype=torch.uint8)
-        self.blocks.append(c)
-        self.guards.append((what, c, CANARY))
-
-    def heap_tensor(self, data: torch.Tensor, name: str) -> torch.Tensor:
-        """A heap copy of ``data``: the head of an allocation whose tail is guard bytes, then a canary allocation."""
-        nbytes = data.numel() * data.element_size()
-        raw = self.heap.full((nbytes + GUARD,), TAIL, dtype=torch.uint8)
-        self.blocks.append(raw)
-        t = raw[:nbytes].view(data.dtype).view(data.shape)
-        t.copy_(data.to(self.heap.device))
-        self.guards.append((f"the guard bytes right after {name} (same allocation)", raw[nbytes:], TAIL))
-        self._canary(f"the canary allocation after {name}")
-        self.tensors[name] = t
-        return t
-
-    def plain_tensor(self, data: torch.Tensor, name: str) -> torch.Tensor:
-        """A copy of ``data`` on the heap's device but not on the heap, between guard bytes."""
-        nbytes = data.numel() * data.element_size()
-        raw = torch.full((GUARD + nbytes + GUARD,), TAIL, dtype=torch.uint8, device=self.heap.device)
-        t = raw[GUARD : GUARD + nbytes].view(data.dtype).view(data.shape)
-        t.copy_(data.to(self.heap.device))
-        self.guards.append((f"the guard bytes before {name} (plain memory)", raw[:GUARD], TAIL))
-        self.guards.append((f"the guard bytes after {name} (plain memory)", raw[GUARD + nbytes :], TAIL))
-        self.tensors[name] = t
-        return t
-
-    def tensor(self, data: torch.Tensor, on_heap: bool, name: str) -> torch.Tensor:
-        return self.heap_tensor(data, name) if on_heap else self.plain_tensor(data, name)
-
-    def output(self, shape, dtype, on_heap: bool, name: str) -> torch.Tensor:
-        """An output tensor filled with a byte pattern no collective writes (a missed element shows)."""
-        nbytes = torch.Size(shape).numel() * dtype.itemsize
-        blank = torch.full((nbytes,), UNWRITTEN, dtype=torch.uint8).view(dtype).view(shape)
-        return self.tensor(blank, on_heap, name)
-
-    def freeze(self) -> None:
-        """Remember every tensor's bytes now (for :meth:`changed_tensors`)."""
-        self.frozen = {name: as_bytes(t).clone() for name, t in self.tensors.items()}
-
-    def changed_tensors(self) -> list[str]:
-        return [name for name, t in self.tensors.items() if not torch.equal(as_bytes(t), self.frozen[name])]
-
-    def broken_guards(self) -> list[str]:
-        return [what for what, g, byte in self.guards if not bool((g.cpu() == byte).all())]
-
-    def assert_guards(self, rank: int, when: str) -> None:
-        broken = self.broken_guards()
-        assert not broken, f"rank {rank}, {when}: a collective wrote outside its tensors, into {broken}"
-
-    def assert_unchanged(self, rank: int, when: str) -> None:
-        self.assert_guards(rank, when)
-        changed = self.changed_tensors()
-        assert not changed, f"rank {rank}, {when}: tensors that no rank may touch changed: {changed}"
-
-    def free(self) -> None:
-        for block in self.blocks:
-            self.heap.free(block)
-        self.blocks.clear()
-        self.tensors.clear()
 
 
 def all_reduce_works(heap, backend, rank: int, world_size: int, when: str) -> None:

@@ -75,6 +75,17 @@ def test_ccl_bench(tmp_path):
     assert {r["check"] for r in rows if r["check"]} == {"ok"}
 
 
+def test_ops_bench_and_tp_mlp_check_every_path_against_torch(tmp_path):
+    table = tmp_path / "ops.csv"
+    out = _ok(run_cli("ops-bench", "--ranks", "2", "--shapes", "32x16x24", "--csv", str(table)))
+    for name in ("all_gather_matmul", "matmul_reduce_scatter", "matmul_all_reduce", "matmul_all_gather"):
+        assert name in out
+    with open(table) as f:
+        assert {r["check"] for r in csv.DictReader(f)} == {"ok"}
+    out = _ok(run_cli("tp-mlp", "--ranks", "2", "--shapes", "32x16x24"))
+    assert "tp-mlp, 2 ranks" in out and "MISMATCH" not in out
+
+
 def _csv(path):
     with open(path, newline="") as f:
         reader = csv.DictReader(f)

@@ -90,6 +90,18 @@ EXAMPLES: dict[str, Example] = _examples(
         "iris.ccl collectives against the torch copy roofline (and NCCL where every rank has a GPU)",
     ),
     Example(
+        "tp-mlp",
+        "iris.examples.tp_mlp",
+        "triton",
+        "a tensor-parallel transformer MLP block: iris.ops fused vs torch.matmul + iris.ccl (and NCCL)",
+    ),
+    Example(
+        "ops-bench",
+        "iris.examples.ops_bench",
+        "triton",
+        "iris.ops fused GEMM + communication against torch.matmul + iris.ccl, and against max(GEMM, traffic)",
+    ),
+    Example(
         "heap-bench",
         "iris.examples.heap_bench",
         None,

@@ -5,7 +5,9 @@ depends on it at run time.
   interpreter without a GPU, the ``world`` and ``compiler`` fixtures, the ``gpu`` and
   ``cpu_ranks`` markers, the ``backend`` fixture);
 - :mod:`iris.testing.mem`, the conformance suite that iris-mem-triton and iris-mem-gluon both run
-  through a small adapter.
+  through a small adapter;
+- :mod:`iris.testing.guarded`, guard bytes and canary allocations around the tensors of a fault
+  test (the collectives' and the fused operations' suites).
 """
 
 __version__ = "0.2.0"

@@ -1,0 +1,373 @@
+"""Rank-side bodies of the fused operations' tests (module-level: spawned ranks import them).
+
+References are torch's: every rank can make every rank's inputs (``sample``), so the expected
+result is computed locally from the gathered inputs in fp32 and rounded as the operation rounds
+(each rank's product to the dtype, ranks combined in fp32 in rank order, rounded once). Memory a
+call must not touch is guarded (``iris.testing.guarded``): canary allocations after every heap
+tensor, guard bytes after every tensor.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.distributed as dist
+
+import iris.ccl as ccl
+import iris.heap
+import iris.ops as ops
+from iris.testing.guarded import Guarded
+
+HEAP_SIZE = 1 << 23
+QUIET = 30.0  # wait_timeout while nothing is meant to fail: a hang still ends, a slow rank does not
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+#: Shapes whose edges are not multiples of the CPU tiles (32 x 32 x 16).
+M, K, N = 40, 24, 36
+
+
+def config(backend: str, **fields) -> ops.Config:
+    return ops.Config(backend=backend, **fields)
+
+
+def sample(shape, dtype, seed: int, rank: int, transposed: bool = False) -> torch.Tensor:
+    """Rank ``rank``'s input for ``seed``; ``transposed``: the same values, column-major in memory."""
+    g = torch.Generator().manual_seed(seed * 7919 + rank)
+    t = torch.randn(shape, generator=g).to(dtype)
+    return t.t().contiguous().t() if transposed else t
+
+
+def raised(call, *args, **kwargs):
+    try:
+        call(*args, **kwargs)
+    except Exception as e:  # noqa: BLE001 - the exception is the observation
+        return e
+    return None
+
+
+def _product(a, b, dtype):
+    """One rank's product as the operations round it: fp32, then the dtype."""
+    return (a.float() @ b.float()).to(dtype)
+
+
+def _tolerance(dtype):
+    return {torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float16: 4e-3}[dtype]
+
+
+def _close(got, want, what: str, rank: int) -> None:
+    assert got.shape == want.shape, f"rank {rank}, {what}: shape {tuple(got.shape)}, want {tuple(want.shape)}"
+    err = (got.float() - want.float()).abs().max().item() if got.numel() else 0.0
+    scale = max(1.0, want.float().abs().max().item() if want.numel() else 1.0)
+    tol = _tolerance(got.dtype) * scale
+    assert err <= tol, f"rank {rank}, {what}: max error {err:g} > {tol:g}"
+
+
+def _reduce(parts, op, dtype):
+    acc = parts[0].float()
+    for p in parts[1:]:
+        p = p.float()
+        acc = {"sum": acc + p, "avg": acc + p, "max": torch.maximum(acc, p), "min": torch.minimum(acc, p)}[op]
+    if op == "avg":
+        acc = acc / len(parts)
+    return acc.to(dtype)
+
+
+def every_op(rank, world_size, backend, dtype):
+    """Every operation against torch, on ragged shapes, row- and column-major inputs, with and
+    without ``out=`` (on and off the heap), ``return_gathered``; ``matmul_all_reduce`` bitwise
+    the same on every rank. Returns the all-reduce's bytes' digest for the test to compare."""
+    heap = iris.heap.init(HEAP_SIZE)
+    heap.wait_timeout = QUIET
+    w = world_size
+    cfg = config(backend)
+    try:
+        for seed, transposed in ((1, False), (2, True)):
+            a = [sample((M, K), dtype, seed, r, transposed) for r in range(w)]
+            b = [sample((K, N), dtype, seed + 100, r, not transposed) for r in range(w)]
+            shared_b = b[0]
+            # all_gather_matmul: cat_r(a_r) @ b, and the gathered rows
+            want = _product(torch.cat(a), shared_b, dtype)
+            gathered, c = ops.all_gather_matmul(a[rank], shared_b, return_gathered=True, config=cfg)
+            _close(c, want, f"all_gather_matmul {dtype} transposed={transposed}", rank)
+            assert torch.equal(gathered, torch.cat(a)), f"rank {rank}: all_gather_matmul's gathered rows differ"
+            heap_a = heap.empty(M, K, dtype=dtype)  # read in place by peers (row-major on the heap)
+            heap_a.copy_(a[rank])
+            out = torch.full((w * M, N), float("nan"), dtype=dtype)
+            assert ops.all_gather_matmul(heap_a, shared_b, out=out, config=cfg) is out
+            _close(out, want, f"all_gather_matmul in place {dtype}", rank)
+            # matmul_all_gather: c[:, r*n:(r+1)*n] = a_r @ b_r
+            want = torch.cat([_product(a[r], b[r], dtype) for r in range(w)], dim=1)
+            _close(ops.matmul_all_gather(a[rank], b[rank], config=cfg), want, f"matmul_all_gather {dtype}", rank)
+            out = heap.full((M, w * N), float("nan"), dtype=dtype)  # written in place by every rank
+            ops.matmul_all_gather(a[rank], b[rank], out=out, config=cfg)
+            _close(out, want, f"matmul_all_gather into a heap out {dtype}", rank)
+            # matmul_reduce_scatter: rows `rank` of sum_r a_r @ b_r (M divisible by W)
+            rows = 8 * w
+            ar = [sample((rows, K), dtype, seed + 200, r, transposed) for r in range(w)]
+            for op in ("sum", "avg", "max"):
+                want = _reduce([_product(ar[r], b[r], dtype) for r in range(w)], op, dtype)
+                got = ops.matmul_reduce_scatter(ar[rank], b[rank], op, config=cfg)
+                _close(got, want[rank * 8 : (rank + 1) * 8], f"matmul_reduce_scatter {op} {dtype}", rank)
+            # matmul_all_reduce: every rank the same bits, W need not divide M
+            want = _reduce([_product(a[r], b[r], dtype) for r in range(w)], "sum", dtype)
+            got = ops.matmul_all_reduce(a[rank], b[rank], config=cfg)
+            _close(got, want, f"matmul_all_reduce {dtype}", rank)
+            out = heap.empty(M, N, dtype=dtype)
+            ops.matmul_all_reduce(a[rank], b[rank], out=out, config=cfg)
+            assert torch.equal(out, got), f"rank {rank}: matmul_all_reduce into a heap out differs"
+            digests = [None] * w
+            dist.all_gather_object(digests, got.view(torch.uint8 if dtype != torch.float32 else torch.int32).sum().item())
+            assert len(set(digests)) == 1, f"matmul_all_reduce results differ between ranks: {digests}"
+            for t in (heap_a, out):
+                heap.free(t)
+        heap.check_device_errors()
+        return True
+    finally:
+        heap.close()
+
+
+def empty_and_degenerate(rank, world_size, backend):
+    """Shapes with nothing to compute still pair up with the peers (a barrier); K = 0 gives zeros."""
+    heap = iris.heap.init(HEAP_SIZE)
+    heap.wait_timeout = QUIET
+    w, cfg = world_size, config(backend)
+    try:
+        z = ops.matmul_all_reduce(torch.ones(5, 0), torch.ones(0, 7), config=cfg)
+        assert torch.equal(z, torch.zeros(5, 7)), "K = 0 must give zeros"
+        assert ops.matmul_reduce_scatter(torch.ones(0, 3), torch.ones(3, 4), config=cfg).shape == (0, 4)
+        assert ops.matmul_all_gather(torch.ones(4, 3), torch.ones(3, 0), config=cfg).shape == (4, 0)
+        g, c = ops.all_gather_matmul(torch.full((2, 3), float(rank)), torch.ones(3, 0), return_gathered=True,
+                                     config=cfg)  # fmt: skip
+        assert c.shape == (2 * w, 0) and torch.equal(g[:, 0], torch.arange(w).repeat_interleave(2).float())
+        x = ops.matmul_all_reduce(torch.ones(3, 2), torch.ones(2, 3), config=cfg)  # still paired up after them
+        assert torch.equal(x, torch.full((3, 3), 2.0 * w))
+        heap.check_device_errors()
+        return True
+    finally:
+        heap.close()
+
+
+def bad_inputs(rank, world_size, backend):
+    """Every usage error is raised before anything is launched: the call after them pairs up."""
+    heap = iris.heap.init(HEAP_SIZE)
+    heap.wait_timeout = QUIET
+    cfg = config(backend)
+    a, b = torch.ones(4 * world_size, 3), torch.ones(3, 5)
+    cases = [
+        (lambda: ops.matmul_all_reduce(a, torch.ones(4, 5), config=cfg), ValueError, "do not chain"),
+        (lambda: ops.matmul_all_reduce(a, b.double(), config=cfg), TypeError, "float64"),
+        (lambda: ops.matmul_all_reduce(a, b.half(), config=cfg), TypeError, "same dtype"),
+        (lambda: ops.matmul_all_reduce(a[0], b, config=cfg), ValueError, "2-D"),
+        (lambda: ops.matmul_all_reduce(a, b, out=torch.empty(2, 2), config=cfg), ValueError, "out must have shape"),
+        (lambda: ops.matmul_all_reduce(a, b, out=torch.empty(a.shape[0], 5).half(), config=cfg), TypeError, "dtype"),
+        (lambda: ops.matmul_all_reduce(a, b, out=torch.empty(1, 5).expand(a.shape[0], 5), config=cfg), ValueError,
+         "overlap"),
+        (lambda: ops.matmul_all_reduce(a, b, "prod", config=cfg), ValueError, "unknown op"),
+        (lambda: ops.matmul_all_reduce(a, b, config=ccl.Config()), TypeError, "iris.ops.Config"),
+        (lambda: ops.all_gather_matmul(a, b, return_gathered=1, config=cfg), TypeError, "return_gathered"),
+        (lambda: ops.matmul_all_gather(a, b, heap=object(), config=cfg), TypeError, "SymmetricHeap"),
+        (lambda: ops.Config(block_m=24), ValueError, "power of two"),
+        (lambda: ops.Config(backend="cuda"), ValueError, "unknown backend"),
+        (lambda: ops.Config(num_programs=0), ValueError, "num_programs"),
+    ]
+    if world_size > 1:
+        cases.append((lambda: ops.matmul_reduce_scatter(torch.ones(4 * world_size + 1, 3), b, config=cfg),
+                      ValueError, "split evenly"))  # fmt: skip
+    try:
+        for i, (call, kind, words) in enumerate(cases):
+            e = raised(call)
+            assert isinstance(e, kind) and words in str(e), f"rank {rank}, case {i}: got {e!r}, want {kind.__name__} ({words})"
+        x = ops.matmul_all_reduce(a, b, config=cfg)  # every rank's peers saw no launch from the above
+        assert torch.equal(x, torch.full(x.shape, 3.0 * world_size))
+        heap.check_device_errors()
+        return True
+    finally:
+        heap.close()
+
+
+def back_to_back(rank, world_size, backend, rounds: int):
+    """Operations and collectives one after another with no host barrier: each result as torch's."""
+    heap = iris.heap.init(HEAP_SIZE)
+    heap.wait_timeout = QUIET
+    w, cfg = world_size, config(backend)
+    try:
+        for i in range(rounds):
+            a = [sample((8 * w, 16), torch.float32, i, r) for r in range(w)]
+            b = [sample((16, 20), torch.float32, i + 50, r) for r in range(w)]
+            rs = ops.matmul_reduce_scatter(a[rank], b[rank], config=cfg)
+            ag = ops.all_gather_matmul(a[rank], b[0], config=cfg)
+            y = heap.as_symmetric(torch.full((10,), float(i + rank)))
+            ccl.all_reduce(y)
+            want = _reduce([_product(a[r], b[r], torch.float32) for r in range(w)], "sum", torch.float32)
+            _close(rs, want[rank * 8 : (rank + 1) * 8], f"round {i}: matmul_reduce_scatter", rank)
+            _close(ag, _product(torch.cat(a), b[0], torch.float32), f"round {i}: all_gather_matmul", rank)
+            assert torch.equal(y, torch.full((10,), float(i * w + w * (w - 1) / 2))), f"round {i}: all_reduce"
+            heap.free(y)
+        heap.check_device_errors()
+        return True
+    finally:
+        heap.close()
+
+
+def _guarded_inputs(heap, dtype, rank, k):
+    mem = Guarded(heap)
+    a = mem.heap_tensor(sample((8 * heap.world_size, k), dtype, 7, rank), "a")
+    b = mem.heap_tensor(sample((k, 12), dtype, 8, rank), "b")
+    out = mem.output((8, 12), dtype, True, "out")
+    mem.freeze()
+    return mem, a, b, out
+
+
+def mismatch(rank, world_size, backend, field: str):
+    """The last rank calls differently (``field``): every rank raises CollectiveMismatchError naming
+    the field, touching nothing (guards, tensors), and after ``reset()`` the next call is correct."""
+    heap = iris.heap.init(HEAP_SIZE)
+    heap.wait_timeout = QUIET
+    odd = rank == world_size - 1
+    k = 10 if odd and field == "inner dim and columns" else 8
+    dtype = torch.float16 if odd and field == "dtype" else torch.float32
+    cfg = config(backend, block_m=16 if odd and field == "tiling" else 32, blocking=True)
+    try:
+        mem, a, b, out = _guarded_inputs(heap, dtype, rank, k)
+        if odd and field == "collective":
+            e = raised(lambda: ops.matmul_all_reduce(a, b, out=mem.output((8 * world_size, 12), dtype, True, "ar out"), config=cfg,
+                                                     op="sum"))  # fmt: skip
+            mem.freeze()
+        else:
+            e = raised(lambda: ops.matmul_reduce_scatter(a, b, out=out, config=cfg))
+        e = e or raised(heap.check_device_errors)
+        assert isinstance(e, ccl.CollectiveMismatchError), f"rank {rank}: want a mismatch, got {e!r}"
+        assert e.field == field, f"rank {rank}: the mismatch names {e.field!r}, want {field!r}: {e}"
+        mem.assert_unchanged(rank, f"after a mismatch of {field}")
+        ccl.reset()
+        mem.free()
+        heap.check_symmetry()
+        return _works_after(heap, rank, world_size, backend)
+    finally:
+        heap.close()
+
+
+def _works_after(heap, rank, world_size, backend) -> bool:
+    w = world_size
+    a = [sample((4 * w, 8), torch.float32, 99, r) for r in range(w)]
+    b = [sample((8, 6), torch.float32, 98, r) for r in range(w)]
+    got = ops.matmul_reduce_scatter(a[rank], b[rank], config=config(backend, blocking=True))
+    want = _reduce([_product(a[r], b[r], torch.float32) for r in range(w)], "sum", torch.float32)
+    _close(got, want[rank * 4 : (rank + 1) * 4], "the call after reset()", rank)
+    return True
+
+
+def missing_rank(rank, world_size, backend, timeout: float):
+    """The last rank never calls: the others time out within the bound, naming it, and touch
+    nothing; after ``reset()`` on every rank the next call is correct."""
+    heap = iris.heap.init(HEAP_SIZE)
+    odd = rank == world_size - 1
+    try:
+        mem, a, b, out = _guarded_inputs(heap, torch.float32, rank, 8)
+        dist.barrier()
+        heap.wait_timeout = timeout
+        start = time.monotonic()
+        if not odd:
+            e = raised(lambda: ops.matmul_reduce_scatter(a, b, out=out, config=config(backend, blocking=True)))
+            took = time.monotonic() - start
+            assert isinstance(e, ccl.CollectiveTimeoutError), f"rank {rank}: want a timeout, got {e!r}"
+            assert e.missing_rank == world_size - 1 and took < 10 * timeout + 5, (e, took)
+        mem.assert_unchanged(rank, "after a peer never arrived")
+        heap.wait_timeout = QUIET
+        ccl.reset()
+        mem.free()
+        heap.check_symmetry()
+        return _works_after(heap, rank, world_size, backend)
+    finally:
+        heap.close()
+
+
+def lost_tile(rank, world_size, backend, timeout: float):
+    """The last rank arrives but never hands over its partial tiles (its ``signal`` is dropped):
+    the owners wait for them within the bound and raise CollectiveTimeoutError naming it and the
+    partial tiles; every rank stops (the others learn of the give-up), nothing outside the call's
+    tensors is written, and after ``reset()`` the next call is correct."""
+    import importlib
+
+    proto = importlib.import_module(f"iris.ccl.protocol_{backend}")
+    heap = iris.heap.init(HEAP_SIZE)
+    odd = rank == world_size - 1
+    real = proto.signal
+    try:
+        mem, a, b, out = _guarded_inputs(heap, torch.float32, rank, 8)
+        warm = ops.matmul_reduce_scatter(a, b, config=config(backend, blocking=True))  # compiled/checked first
+        del warm
+        dist.barrier()
+        heap.wait_timeout = timeout
+        if odd:
+
+            def dropped(ctx, flags, epoch, to, SCOPE):  # noqa: N803 - the kernel's names
+                return epoch == epoch  # says it signalled; nobody sees the flag
+
+            proto.signal = dropped
+        try:
+            e = raised(lambda: ops.matmul_reduce_scatter(a, b, out=out, config=config(backend, blocking=True)))
+        finally:
+            proto.signal = real
+        assert isinstance(e, ccl.CollectiveTimeoutError), f"rank {rank}: want a timeout or a give-up, got {e!r}"
+        if not odd:  # an owner of tiles the last rank computed: it waited for them itself
+            assert "did not hand over its partial tiles" in str(e) and e.missing_rank == world_size - 1, str(e)
+        # The last rank's own hand-offs to itself are dropped too: it times out on its own tiles,
+        # or finds a peer's give-up first; either way it stops (CollectiveTimeoutError above).
+        mem.assert_guards(rank, "after a lost tile")
+        heap.wait_timeout = QUIET
+        ccl.reset()
+        mem.free()
+        heap.check_symmetry()
+        return _works_after(heap, rank, world_size, backend)
+    finally:
+        heap.close()
+
+
+def traced(rank, world_size, backend):
+    """Config(trace=True): each operation records its entry and exit waits, its tiles, its stores
+    to peers and its waits for peers' tiles into the heap's trace buffer."""
+    heap = iris.heap.init(HEAP_SIZE)
+    heap.wait_timeout = QUIET
+    w = world_size
+    try:
+        heap.tracing.enable(max_events=1 << 12)
+        cfg = config(backend, trace=True)
+        a, b = sample((8 * w, 16), torch.float32, 1, rank), sample((16, 20), torch.float32, 2, rank)
+        ops.matmul_reduce_scatter(a, b, config=cfg)
+        ops.matmul_all_gather(a, b, config=cfg)
+        events = heap.tracing.events()
+        names = {e["name"] for e in events}
+        want = {"entry wait", "tile", "remote store", "tile wait", "exit wait"}
+        assert want <= names, f"rank {rank}: traced events {sorted(names)} lack {sorted(want - names)}"
+        heap.tracing.disable()
+        return True
+    finally:
+        heap.close()
+
+
+def cuda_graph(rank, world_size, backend):
+    """Operations captured in a CUDA graph synchronize on every replay and match torch."""
+    heap = iris.heap.init(1 << 26)
+    heap.wait_timeout = QUIET
+    w, dev, cfg = world_size, heap.device, config(backend)
+    try:
+        a = [sample((64 * w, 64), torch.bfloat16, 3, r).to(dev) for r in range(w)]
+        b = [sample((64, 96), torch.bfloat16, 4, r).to(dev) for r in range(w)]
+        x, y = a[rank].clone(), b[rank].clone()
+        out = torch.empty(64, 96, dtype=torch.bfloat16, device=dev)
+        ops.matmul_reduce_scatter(x, y, out=out, config=cfg)  # compile and stage outside the capture
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            ops.matmul_reduce_scatter(x, y, out=out, config=cfg)
+        for i in range(3):
+            x.copy_(a[rank] * (i + 1))
+            graph.replay()
+            torch.cuda.synchronize()
+            heap.check_device_errors()
+            parts = [_product(a[r].cpu().float() * (i + 1), b[r].cpu(), torch.bfloat16) for r in range(w)]
+            _close(out.cpu(), _reduce(parts, "sum", torch.bfloat16)[rank * 64 : (rank + 1) * 64], f"replay {i}", rank)
+        return True
+    finally:
+        heap.close()

@@ -1,0 +1,63 @@
+"""The fused operations against torch, their usage errors and their faults, at world sizes 1-4 on CPU ranks.
+
+Each test runs one body of ``_ops_cases`` on every rank of a spawned world; the bodies check
+several calls each, so that a world's start (seconds on CPU ranks) serves many checks.
+"""
+
+import _ops_cases
+import pytest
+import torch
+from conftest import WORLD_SIZES
+
+#: A bound that a rank's missing call must reach (seconds of the device clock).
+TIMEOUT = 1.0
+
+
+#: Every world size and every dtype, without their whole product (CI's time).
+_MATRIX = [(1, torch.float32), (2, torch.bfloat16), (3, torch.float16), (3, torch.float32), (4, torch.bfloat16)]
+assert {w for w, _ in _MATRIX} == set(WORLD_SIZES) and {d for _, d in _MATRIX} == set(_ops_cases.DTYPES)
+
+
+@pytest.mark.parametrize("world_size,dtype", _MATRIX, ids=[f"{w}-{str(d)[6:]}" for w, d in _MATRIX])
+def test_every_op_matches_torch_and_all_reduce_agrees_bitwise(world, backend, world_size, dtype):
+    assert world.run(_ops_cases.every_op, world_size, backend, dtype) == [True] * world_size
+
+
+@pytest.mark.parametrize("world_size", [1, 3])
+def test_empty_calls_pair_up_and_an_empty_inner_dim_gives_zeros(world, backend, world_size):
+    assert world.run(_ops_cases.empty_and_degenerate, world_size, backend) == [True] * world_size
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_bad_input_is_rejected_before_any_kernel(world, backend, world_size):
+    assert world.run(_ops_cases.bad_inputs, world_size, backend) == [True] * world_size
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_back_to_back_operations_and_collectives_need_no_host_barrier(world, backend, world_size):
+    assert world.run(_ops_cases.back_to_back, world_size, backend, 6) == [True] * world_size
+
+
+@pytest.mark.parametrize("field", ["collective", "dtype", "inner dim and columns", "tiling"])
+def test_a_mismatched_call_raises_on_every_rank_and_touches_nothing(world, backend, field):
+    assert world.run(_ops_cases.mismatch, 2, backend, field) == [True, True]
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_a_rank_that_never_arrives_times_out_the_others(world, backend, world_size):
+    assert world.run(_ops_cases.missing_rank, world_size, backend, TIMEOUT) == [True] * world_size
+
+
+@pytest.mark.cpu_ranks
+def test_a_rank_that_never_hands_over_its_tiles_stops_every_rank(world, backend):
+    assert world.run(_ops_cases.lost_tile, 2, backend, TIMEOUT) == [True, True]
+
+
+def test_traced_operations_record_their_phases(world, backend):
+    assert world.run(_ops_cases.traced, 2, backend) == [True, True]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_operations_replayed_from_a_cuda_graph_match_torch(world, backend, world_size):
+    assert world.run(_ops_cases.cuda_graph, world_size, backend) == [True] * world_size

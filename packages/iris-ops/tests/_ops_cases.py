@@ -46,8 +46,8 @@ def raised(call, *args, **kwargs):
 
 
 def _product(a, b, dtype):
-    """One rank's product as the operations round it: fp32, then the dtype."""
-    return (a.float() @ b.float()).to(dtype)
+    """One rank's product as the operations round it: fp32, then the dtype (computed on the CPU)."""
+    return (a.cpu().float() @ b.cpu().float()).to(dtype)
 
 
 def _tolerance(dtype):
@@ -55,6 +55,7 @@ def _tolerance(dtype):
 
 
 def _close(got, want, what: str, rank: int) -> None:
+    got, want = got.cpu(), want.cpu()
     assert got.shape == want.shape, f"rank {rank}, {what}: shape {tuple(got.shape)}, want {tuple(want.shape)}"
     err = (got.float() - want.float()).abs().max().item() if got.numel() else 0.0
     scale = max(1.0, want.float().abs().max().item() if want.numel() else 1.0)
@@ -63,6 +64,7 @@ def _close(got, want, what: str, rank: int) -> None:
 
 
 def _reduce(parts, op, dtype):
+    parts = [p.cpu() for p in parts]
     acc = parts[0].float()
     for p in parts[1:]:
         p = p.float()
@@ -81,18 +83,19 @@ def every_op(rank, world_size, backend, dtype):
     w = world_size
     cfg = config(backend)
     try:
+        dev = heap.device
         for seed, transposed in ((1, False), (2, True)):
-            a = [sample((M, K), dtype, seed, r, transposed) for r in range(w)]
-            b = [sample((K, N), dtype, seed + 100, r, not transposed) for r in range(w)]
+            a = [sample((M, K), dtype, seed, r, transposed).to(dev) for r in range(w)]
+            b = [sample((K, N), dtype, seed + 100, r, not transposed).to(dev) for r in range(w)]
             shared_b = b[0]
             # all_gather_matmul: cat_r(a_r) @ b, and the gathered rows
             want = _product(torch.cat(a), shared_b, dtype)
             gathered, c = ops.all_gather_matmul(a[rank], shared_b, return_gathered=True, config=cfg)
             _close(c, want, f"all_gather_matmul {dtype} transposed={transposed}", rank)
-            assert torch.equal(gathered, torch.cat(a)), f"rank {rank}: all_gather_matmul's gathered rows differ"
+            assert torch.equal(gathered.cpu(), torch.cat(a).cpu()), f"rank {rank}: all_gather_matmul's gathered rows differ"
             heap_a = heap.empty(M, K, dtype=dtype)  # read in place by peers (row-major on the heap)
             heap_a.copy_(a[rank])
-            out = torch.full((w * M, N), float("nan"), dtype=dtype)
+            out = torch.full((w * M, N), float("nan"), dtype=dtype, device=dev)
             assert ops.all_gather_matmul(heap_a, shared_b, out=out, config=cfg) is out
             _close(out, want, f"all_gather_matmul in place {dtype}", rank)
             # matmul_all_gather: c[:, r*n:(r+1)*n] = a_r @ b_r
@@ -103,7 +106,7 @@ def every_op(rank, world_size, backend, dtype):
             _close(out, want, f"matmul_all_gather into a heap out {dtype}", rank)
             # matmul_reduce_scatter: rows `rank` of sum_r a_r @ b_r (M divisible by W)
             rows = 8 * w
-            ar = [sample((rows, K), dtype, seed + 200, r, transposed) for r in range(w)]
+            ar = [sample((rows, K), dtype, seed + 200, r, transposed).to(dev) for r in range(w)]
             for op in ("sum", "avg", "max"):
                 want = _reduce([_product(ar[r], b[r], dtype) for r in range(w)], op, dtype)
                 got = ops.matmul_reduce_scatter(ar[rank], b[rank], op, config=cfg)
@@ -116,7 +119,7 @@ def every_op(rank, world_size, backend, dtype):
             ops.matmul_all_reduce(a[rank], b[rank], out=out, config=cfg)
             assert torch.equal(out, got), f"rank {rank}: matmul_all_reduce into a heap out differs"
             digests = [None] * w
-            dist.all_gather_object(digests, got.view(torch.uint8 if dtype != torch.float32 else torch.int32).sum().item())
+            dist.all_gather_object(digests, got.cpu().view(torch.uint8 if dtype != torch.float32 else torch.int32).sum().item())
             assert len(set(digests)) == 1, f"matmul_all_reduce results differ between ranks: {digests}"
             for t in (heap_a, out):
                 heap.free(t)
@@ -130,17 +133,18 @@ def empty_and_degenerate(rank, world_size, backend):
     """Shapes with nothing to compute still pair up with the peers (a barrier); K = 0 gives zeros."""
     heap = iris.heap.init(HEAP_SIZE)
     heap.wait_timeout = QUIET
-    w, cfg = world_size, config(backend)
+    w, cfg, dev = world_size, config(backend), heap.device
     try:
-        z = ops.matmul_all_reduce(torch.ones(5, 0), torch.ones(0, 7), config=cfg)
-        assert torch.equal(z, torch.zeros(5, 7)), "K = 0 must give zeros"
-        assert ops.matmul_reduce_scatter(torch.ones(0, 3), torch.ones(3, 4), config=cfg).shape == (0, 4)
-        assert ops.matmul_all_gather(torch.ones(4, 3), torch.ones(3, 0), config=cfg).shape == (4, 0)
-        g, c = ops.all_gather_matmul(torch.full((2, 3), float(rank)), torch.ones(3, 0), return_gathered=True,
-                                     config=cfg)  # fmt: skip
-        assert c.shape == (2 * w, 0) and torch.equal(g[:, 0], torch.arange(w).repeat_interleave(2).float())
-        x = ops.matmul_all_reduce(torch.ones(3, 2), torch.ones(2, 3), config=cfg)  # still paired up after them
-        assert torch.equal(x, torch.full((3, 3), 2.0 * w))
+        z = ops.matmul_all_reduce(torch.ones(5, 0, device=dev), torch.ones(0, 7, device=dev), config=cfg)
+        assert torch.equal(z.cpu(), torch.zeros(5, 7)), "K = 0 must give zeros"
+        rs = ops.matmul_reduce_scatter(torch.ones(0, 3, device=dev), torch.ones(3, 4, device=dev), config=cfg)
+        assert rs.shape == (0, 4)
+        assert ops.matmul_all_gather(torch.ones(4, 3, device=dev), torch.ones(3, 0, device=dev), config=cfg).shape == (4, 0)
+        g, c = ops.all_gather_matmul(torch.full((2, 3), float(rank), device=dev), torch.ones(3, 0, device=dev),
+                                     return_gathered=True, config=cfg)  # fmt: skip
+        assert c.shape == (2 * w, 0) and torch.equal(g[:, 0].cpu(), torch.arange(w).repeat_interleave(2).float())
+        x = ops.matmul_all_reduce(torch.ones(3, 2, device=dev), torch.ones(2, 3, device=dev), config=cfg)  # still paired up
+        assert torch.equal(x.cpu(), torch.full((3, 3), 2.0 * w))
         heap.check_device_errors()
         return True
     finally:
@@ -151,17 +155,19 @@ def bad_inputs(rank, world_size, backend):
     """Every usage error is raised before anything is launched: the call after them pairs up."""
     heap = iris.heap.init(HEAP_SIZE)
     heap.wait_timeout = QUIET
-    cfg = config(backend)
-    a, b = torch.ones(4 * world_size, 3), torch.ones(3, 5)
+    cfg, dev = config(backend), heap.device
+    a, b = torch.ones(4 * world_size, 3, device=dev), torch.ones(3, 5, device=dev)
     cases = [
-        (lambda: ops.matmul_all_reduce(a, torch.ones(4, 5), config=cfg), ValueError, "do not chain"),
+        (lambda: ops.matmul_all_reduce(a, torch.ones(4, 5, device=dev), config=cfg), ValueError, "do not chain"),
         (lambda: ops.matmul_all_reduce(a, b.double(), config=cfg), TypeError, "float64"),
         (lambda: ops.matmul_all_reduce(a, b.half(), config=cfg), TypeError, "same dtype"),
         (lambda: ops.matmul_all_reduce(a[0], b, config=cfg), ValueError, "2-D"),
-        (lambda: ops.matmul_all_reduce(a, b, out=torch.empty(2, 2), config=cfg), ValueError, "out must have shape"),
-        (lambda: ops.matmul_all_reduce(a, b, out=torch.empty(a.shape[0], 5).half(), config=cfg), TypeError, "dtype"),
-        (lambda: ops.matmul_all_reduce(a, b, out=torch.empty(1, 5).expand(a.shape[0], 5), config=cfg), ValueError,
-         "overlap"),
+        (lambda: ops.matmul_all_reduce(a, b, out=torch.empty(2, 2, device=dev), config=cfg), ValueError,
+         "out must have shape"),
+        (lambda: ops.matmul_all_reduce(a, b, out=torch.empty(a.shape[0], 5, device=dev).half(), config=cfg), TypeError,
+         "dtype"),
+        (lambda: ops.matmul_all_reduce(a, b, out=torch.empty(1, 5, device=dev).expand(a.shape[0], 5), config=cfg),
+         ValueError, "overlap"),
         (lambda: ops.matmul_all_reduce(a, b, "prod", config=cfg), ValueError, "unknown op"),
         (lambda: ops.matmul_all_reduce(a, b, config=ccl.Config()), TypeError, "iris.ops.Config"),
         (lambda: ops.all_gather_matmul(a, b, return_gathered=1, config=cfg), TypeError, "return_gathered"),
@@ -171,14 +177,14 @@ def bad_inputs(rank, world_size, backend):
         (lambda: ops.Config(num_programs=0), ValueError, "num_programs"),
     ]
     if world_size > 1:
-        cases.append((lambda: ops.matmul_reduce_scatter(torch.ones(4 * world_size + 1, 3), b, config=cfg),
+        cases.append((lambda: ops.matmul_reduce_scatter(torch.ones(4 * world_size + 1, 3, device=dev), b, config=cfg),
                       ValueError, "split evenly"))  # fmt: skip
     try:
         for i, (call, kind, words) in enumerate(cases):
             e = raised(call)
             assert isinstance(e, kind) and words in str(e), f"rank {rank}, case {i}: got {e!r}, want {kind.__name__} ({words})"
         x = ops.matmul_all_reduce(a, b, config=cfg)  # every rank's peers saw no launch from the above
-        assert torch.equal(x, torch.full(x.shape, 3.0 * world_size))
+        assert torch.equal(x.cpu(), torch.full(x.shape, 3.0 * world_size))
         heap.check_device_errors()
         return True
     finally:
@@ -189,19 +195,19 @@ def back_to_back(rank, world_size, backend, rounds: int):
     """Operations and collectives one after another with no host barrier: each result as torch's."""
     heap = iris.heap.init(HEAP_SIZE)
     heap.wait_timeout = QUIET
-    w, cfg = world_size, config(backend)
+    w, cfg, dev = world_size, config(backend), heap.device
     try:
         for i in range(rounds):
-            a = [sample((8 * w, 16), torch.float32, i, r) for r in range(w)]
-            b = [sample((16, 20), torch.float32, i + 50, r) for r in range(w)]
+            a = [sample((8 * w, 16), torch.float32, i, r).to(dev) for r in range(w)]
+            b = [sample((16, 20), torch.float32, i + 50, r).to(dev) for r in range(w)]
             rs = ops.matmul_reduce_scatter(a[rank], b[rank], config=cfg)
             ag = ops.all_gather_matmul(a[rank], b[0], config=cfg)
-            y = heap.as_symmetric(torch.full((10,), float(i + rank)))
+            y = heap.as_symmetric(torch.full((10,), float(i + rank), device=dev))
             ccl.all_reduce(y)
             want = _reduce([_product(a[r], b[r], torch.float32) for r in range(w)], "sum", torch.float32)
             _close(rs, want[rank * 8 : (rank + 1) * 8], f"round {i}: matmul_reduce_scatter", rank)
             _close(ag, _product(torch.cat(a), b[0], torch.float32), f"round {i}: all_gather_matmul", rank)
-            assert torch.equal(y, torch.full((10,), float(i * w + w * (w - 1) / 2))), f"round {i}: all_reduce"
+            assert torch.equal(y.cpu(), torch.full((10,), float(i * w + w * (w - 1) / 2))), f"round {i}: all_reduce"
             heap.free(y)
         heap.check_device_errors()
         return True
@@ -249,8 +255,8 @@ def mismatch(rank, world_size, backend, field: str):
 
 def _works_after(heap, rank, world_size, backend) -> bool:
     w = world_size
-    a = [sample((4 * w, 8), torch.float32, 99, r) for r in range(w)]
-    b = [sample((8, 6), torch.float32, 98, r) for r in range(w)]
+    a = [sample((4 * w, 8), torch.float32, 99, r).to(heap.device) for r in range(w)]
+    b = [sample((8, 6), torch.float32, 98, r).to(heap.device) for r in range(w)]
     got = ops.matmul_reduce_scatter(a[rank], b[rank], config=config(backend, blocking=True))
     want = _reduce([_product(a[r], b[r], torch.float32) for r in range(w)], "sum", torch.float32)
     _close(got, want[rank * 4 : (rank + 1) * 4], "the call after reset()", rank)
@@ -333,7 +339,8 @@ def traced(rank, world_size, backend):
     try:
         heap.tracing.enable(max_events=1 << 12)
         cfg = config(backend, trace=True)
-        a, b = sample((8 * w, 16), torch.float32, 1, rank), sample((16, 20), torch.float32, 2, rank)
+        a = sample((8 * w, 16), torch.float32, 1, rank).to(heap.device)
+        b = sample((16, 20), torch.float32, 2, rank).to(heap.device)
         ops.matmul_reduce_scatter(a, b, config=cfg)
         ops.matmul_all_gather(a, b, config=cfg)
         events = heap.tracing.events()

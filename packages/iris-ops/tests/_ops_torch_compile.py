@@ -1,0 +1,86 @@
+"""Rank-side bodies of the fused operations' torch.compile tests (module-level: spawned ranks import them).
+
+Each body compiles a small function that calls every fused operation with
+``torch.compile(backend="aot_eager", fullgraph=True)`` (no graph break, or it fails to compile),
+runs it and the same function eagerly on the same inputs, and compares every result bit for bit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import torch._dynamo  # explain
+
+import iris.heap
+import iris.ops as ops
+from iris.ops import custom_ops
+
+#: The ``torch.ops.iris`` calls ``fused`` makes (one per operation).
+CALLS = 5
+#: Rows of ``a`` per rank, inner dimension, columns (not multiples of the CPU tiles, 32 x 32 x 16).
+M, K, N = 6, 20, 12
+
+
+@contextlib.contextmanager
+def _no_custom_ops():
+    """Any call of an operation's op path fails: eager calls must never take it."""
+    saved = {name: getattr(custom_ops, name) for name in custom_ops.__all__}
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("an eager fused operation went through its torch.library op")
+
+    try:
+        for name in saved:
+            setattr(custom_ops, name, refuse)
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(custom_ops, name, fn)
+
+
+def _same(got, want, what: str) -> None:
+    assert got.dtype == want.dtype and got.shape == want.shape, (what, got.dtype, got.shape, want.shape)
+    assert torch.equal(got, want), f"{what}: compiled and eager differ (max |diff| {(got - want).abs().max().item()})"
+
+
+def compiled_operations_match_eager(rank, world_size, backend, dtype):
+    """Every fused operation (``return_gathered``, ``out=`` on the heap, an explicit heap, ``op``)
+    and torch ops around them in one graph: no graph break, the ops in the graph, and the same
+    bits as eager (twice: the compiling call and the cached graph)."""
+    torch.compiler.reset()
+    heap = iris.heap.init(1 << 23)
+    w = world_size
+    cfg = ops.Config(backend=backend)
+    g = torch.Generator().manual_seed(2000 + rank)
+    a = torch.randn((w * M, K), generator=g).to(dtype)  # M x k per rank for the reductions
+    b = torch.randn((K, N), generator=g).to(dtype)
+    rows = torch.randn((M, K), generator=g).to(dtype)  # this rank's rows for all_gather_matmul
+    out = heap.zeros(w * M, N, dtype=dtype)  # matmul_all_reduce's out=, on the heap
+
+    def fused(a, b, rows, out):
+        c1 = ops.all_gather_matmul(rows, b, config=cfg)
+        gathered, c2 = ops.all_gather_matmul(torch.relu(rows), b, return_gathered=True, heap=heap, config=cfg)
+        c3 = ops.matmul_all_gather(a, b[:, : N // 2], config=cfg)
+        c4 = ops.matmul_reduce_scatter(a, b, "max", config=cfg)
+        c5 = ops.matmul_all_reduce(a, b, out=out, config=cfg)
+        return c1, gathered, c2, c3, c4, c5 * 2
+
+    with _no_custom_ops():
+        eager = [t.clone() for t in fused(a, b, rows, out)]
+    eager_out = out.clone()
+    compiled = torch.compile(fused, backend="aot_eager", fullgraph=True)
+    for attempt in ("compiling call", "cached graph"):
+        out.zero_()
+        results = compiled(a, b, rows, out)
+        for i, (got, want) in enumerate(zip(results, eager)):
+            _same(got, want, f"{attempt}: result {i}")
+        _same(out, eager_out, f"{attempt}: out")
+
+    explained = torch._dynamo.explain(fused)(a, b, rows, out)
+    assert explained.graph_break_count == 0, explained.break_reasons
+    code = "".join(gr.code for gr in explained.graphs)
+    assert code.count("torch.ops.iris.") == CALLS, code
+    heap.barrier()
+    heap.check_device_errors()
+    return explained.graph_break_count

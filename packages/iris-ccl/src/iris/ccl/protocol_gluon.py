@@ -22,6 +22,7 @@ __all__ = ["begin", "cast_out", "combine", "finish", "give_up", "signal", "state
 
 #: Bytes one thread moves per vector access (as ``iris.mem.gluon.blocked_layout``).
 _VECTOR_BYTES = 16
+# The error record's words: as protocol_triton writes them (its comment above _TIMEOUT).
 _TIMEOUT = gl.constexpr(abi.ERROR_COLLECTIVE_TIMEOUT)
 _MISMATCH = gl.constexpr(abi.ERROR_COLLECTIVE_MISMATCH)
 _ABANDONED = gl.constexpr(abi.ERROR_COLLECTIVE_ABANDONED)

@@ -45,6 +45,16 @@ from . import protocol
 
 __all__ = ["begin", "cast_out", "combine", "finish", "give_up", "signal", "state", "wait_flags"]
 
+# The error record's words (detail, value, peer, aux) as this module writes them:
+# - _TIMEOUT (``_await`` at its deadline): the heap offset of the missing rank's flag, the epoch,
+#   the missing rank, the nanoseconds waited.
+# - _MISMATCH (``_agree``): the first field that differs (protocol.FIELDS: 0 code, 1 numel,
+#   2 offset a, 3 offset b, 4 shape), this rank's value of it, the first rank that differs, that
+#   rank's value.
+# - _ABANDONED: this rank's flag's offset, the mark's epoch, the rank that marked it, -1
+#   (``_arrive``, ``signal``: a peer had given up waiting for this rank); the first missing rank's
+#   flag's offset, the epoch, the rank that gave up, the first rank this one still waited for or
+#   -1 (``_await``); the abandon flag's offset, the epoch, the rank that gave up, -1 (``_abandoned``).
 _TIMEOUT = tl.constexpr(abi.ERROR_COLLECTIVE_TIMEOUT)
 _MISMATCH = tl.constexpr(abi.ERROR_COLLECTIVE_MISMATCH)
 _ABANDONED = tl.constexpr(abi.ERROR_COLLECTIVE_ABANDONED)

@@ -142,14 +142,14 @@ ERROR_NONE = 0
 ERROR_WAIT_TIMEOUT = 1
 #: A kernel was given the context of a closed heap. detail, value, peer, aux: 0, 0, -1, 0.
 ERROR_HEAP_CLOSED = 2
-#: A collective gave up waiting for a rank. detail: the heap offset of the flag; value: the
-#: collective's epoch; peer: the rank that did not arrive (or leave); aux: the nanoseconds waited.
+# The collectives' codes (iris.ccl, and the fused operations on its protocol). Their words are
+# documented beside their writers, iris.ccl.protocol_triton / protocol_gluon, and read by
+# iris.ccl.protocol.translate_error; named here so that no two layers' codes collide.
+#: A collective gave up waiting for a rank (at its entry, its exit, or a hand-off inside it).
 ERROR_COLLECTIVE_TIMEOUT = 3
-#: Ranks called different collectives. detail: the index of the first descriptor field that
-#: differs; value: the epoch; peer: the first rank whose field differs from this rank's; aux: 0.
+#: Ranks described different calls: nobody touched a peer.
 ERROR_COLLECTIVE_MISMATCH = 4
-#: A peer gave up on this collective before this rank arrived. detail: the flag's heap offset;
-#: value: the epoch; peer: the rank that gave up; aux: 0.
+#: A peer gave up on the collective this rank was in (or this rank's own earlier failure stands).
 ERROR_COLLECTIVE_ABANDONED = 5
 
 ERROR_NAMES = {

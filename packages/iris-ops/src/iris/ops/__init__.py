@@ -26,7 +26,13 @@ _heap.context.check_version("iris-ops", __version__, CONTEXT_ABI_VERSION)
 
 from . import description  # noqa: E402 (registers the operations' kinds with the protocol)
 from .config import BACKENDS, Config  # noqa: E402
-from .operations import all_gather_matmul, matmul_all_gather, matmul_all_reduce, matmul_reduce_scatter  # noqa: E402
+from .operations import (  # noqa: E402
+    all_gather_matmul,
+    local_matmul,
+    matmul_all_gather,
+    matmul_all_reduce,
+    matmul_reduce_scatter,
+)
 
 #: The collectives' errors, which the operations raise too.
 CollectiveError = _ccl.CollectiveError
@@ -44,6 +50,7 @@ __all__ = [
     "Config",
     "all_gather_matmul",
     "description",
+    "local_matmul",
     "matmul_all_gather",
     "matmul_all_reduce",
     "matmul_reduce_scatter",

@@ -34,7 +34,7 @@ from iris.ccl import protocol
 from iris.ccl import protocol_triton as proto
 from iris.heap.tracing import EVENTS
 
-__all__ = ["all_gather_matmul_kernel", "matmul_all_gather_kernel", "matmul_reduce_kernel"]
+__all__ = ["all_gather_matmul_kernel", "matmul_all_gather_kernel", "matmul_kernel", "matmul_reduce_kernel"]
 
 _AVG = tl.constexpr(protocol.REDUCE_OPS["avg"])
 # Config(trace=True): each tile's product, its stores to peers, and waits for peers' tiles.
@@ -172,18 +172,22 @@ def all_gather_matmul_kernel(
 
 
 @triton.jit
-def _reduce_tile(ctx, partials, rl, rn, rows, N, OP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """``OP`` over ranks 0, 1, ..., W-1 (in that order) of their partials of one tile (fp32)."""
+def _reduce_tile(partials, rl, rn, rows, N, OP: tl.constexpr, W: tl.constexpr, BLOCK_M: tl.constexpr,
+                 BLOCK_N: tl.constexpr):  # fmt: skip
+    """``OP`` over ranks 0, 1, ..., W-1 (in that order) of their partials of one tile (fp32).
+
+    Unrolled over the ``W`` ranks, so all W loads are in flight at once (a loop over a runtime
+    world size issues them one after another: W memory latencies per tile). Volatile: what peers
+    stored here since this rank's last look comes from memory, not from a cache."""
     ptrs = partials + rl[:, None].to(tl.int64) * N + rn[None, :]
     mask = (rl[:, None] < rows) & (rn[None, :] < N)
-    size = rows.to(tl.int64) * N
-    # volatile: what peers stored here since this rank's last look comes from memory, not a cache
+    size = tl.cast(rows, tl.int64) * N  # cast, not .to: a launch makes rows == 1 a constexpr
     acc = tl.load(ptrs, mask=mask, other=0.0, volatile=True).to(tl.float32)
-    for r in range(1, ctx.world_size):
+    for r in tl.static_range(1, W):
         v = tl.load(ptrs + r * size, mask=mask, other=0.0, volatile=True).to(tl.float32)
         acc = proto.combine(acc, v, OP, True)
     if OP == _AVG:
-        acc = tl.div_rn(acc, ctx.world_size.to(tl.float32))  # IEEE-rounded, as torch divides
+        acc = tl.div_rn(acc, tl.full((), W, tl.float32))  # IEEE-rounded, as torch divides
     return acc
 
 
@@ -193,7 +197,7 @@ def matmul_reduce_kernel(
     context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, a, b, out, partials, flags, M, N, K, rows,
     stride_am, stride_ak, stride_bk, stride_bn, stride_om, stride_on,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    PRECISION: tl.constexpr, OP: tl.constexpr, ALL_REDUCE: tl.constexpr,
+    PRECISION: tl.constexpr, OP: tl.constexpr, ALL_REDUCE: tl.constexpr, W: tl.constexpr,
     FLAGS: tl.constexpr, SCOPE: tl.constexpr, TRACE: tl.constexpr,
 ):  # fmt: skip
     """Rows [o*rows, (o+1)*rows) of ``sum_r a_r @ b_r`` (``OP`` over ranks, in rank order) on rank o
@@ -203,11 +207,11 @@ def matmul_reduce_kernel(
     ``partials`` (W x rows x N, of ``out``'s dtype) and ``flags`` (one FLAGS-wide row per tile of
     a group) are this rank's exchange buffer, at the same heap offset on every rank: rank s stores
     its partial of a tile of group o into rank o's ``partials[s]`` and raises its lane of the
-    tile's row there."""
+    tile's row there. ``W``: the world size (the reduction unrolls over it)."""
     ctx, tr, epoch, go = proto.begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, FLAGS, SCOPE, TRACE)
     tiles_m = tl.cdiv(rows, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
-    size = rows.to(tl.int64) * N
+    size = tl.cast(rows, tl.int64) * N  # cast, not .to: a launch makes rows == 1 a constexpr
     for j in range(1, ctx.world_size + 1):  # the next rank's rows first, this rank's own last
         o = (ctx.rank + j) % ctx.world_size
         t = tl.program_id(0)
@@ -232,7 +236,7 @@ def matmul_reduce_kernel(
                 go = proto.wait_flags(ctx, flags + t * FLAGS, sync, epoch, FLAGS, SCOPE)
                 tr.record_end(h)
                 if go:
-                    res = proto.cast_out(_reduce_tile(ctx, partials, rl, rn, rows, N, OP, BLOCK_M, BLOCK_N),
+                    res = proto.cast_out(_reduce_tile(partials, rl, rn, rows, N, OP, W, BLOCK_M, BLOCK_N),
                                          out.dtype.element_ty)  # fmt: skip
                     mask = row_ok[:, None] & (rn[None, :] < N)
                     if ALL_REDUCE:
@@ -247,6 +251,29 @@ def matmul_reduce_kernel(
                         tl.store(ptrs, res, mask=mask)
             t += tl.num_programs(0)
     proto.finish(ctx, tr, sync, epoch, go, FLAGS, SCOPE)
+
+
+@imt.interpret()
+@triton.jit
+def matmul_kernel(
+    a, b, c, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    PRECISION: tl.constexpr,
+):  # fmt: skip
+    """``c = a @ b`` on this rank alone: the operations' GEMM core (persistent, the same tiles and
+    product) with communication off, no protocol: the baseline that says what the core costs."""
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    t = tl.program_id(0)
+    while t < tiles_m * tiles_n:
+        pid_m, pid_n = _tile_of(t, tiles_m, tiles_n, GROUP_M)
+        rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        acc = _product(a, b, rm, rm < M, rn, N, K, stride_am, stride_ak, stride_bk, stride_bn, c, 0, 0, False,
+                       BLOCK_K, PRECISION, BLOCK_M, BLOCK_N)  # fmt: skip
+        ptrs = c + rm[:, None].to(tl.int64) * stride_cm + rn[None, :].to(tl.int64) * stride_cn
+        tl.store(ptrs, proto.cast_out(acc, c.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
+        t += tl.num_programs(0)
 
 
 def launch_options(config, dtype, target) -> dict:

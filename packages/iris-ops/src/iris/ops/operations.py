@@ -28,7 +28,7 @@ from . import custom_ops, description
 from .arguments import check_heap, check_op, check_operands, check_out, output_like
 from .config import Config, resolve
 
-__all__ = ["all_gather_matmul", "matmul_all_gather", "matmul_all_reduce", "matmul_reduce_scatter"]
+__all__ = ["all_gather_matmul", "local_matmul", "matmul_all_gather", "matmul_all_reduce", "matmul_reduce_scatter"]
 
 _KERNELS: dict = {}  # backend -> its kernel module, once imported
 #: Alignment of the partials in the exchange buffer, after its flags.
@@ -302,7 +302,29 @@ def _matmul_reduce(name: str, a, b, op, out, heap, config) -> torch.Tensor:
         launch.run(call, launch.kernels.matmul_reduce_kernel, a=a, b=b, out=target, partials=partials, flags=flags,
                    M=m, N=n, K=k, rows=rows, stride_am=a.stride(0), stride_ak=a.stride(1), stride_bk=b.stride(0),
                    stride_bn=b.stride(1), stride_om=target.stride(0), stride_on=target.stride(1), OP=code,
-                   ALL_REDUCE=not reduce_scatter)  # fmt: skip
+                   ALL_REDUCE=not reduce_scatter, W=w)  # fmt: skip
         if target is not out:
             call.copy(out, target)
+    return out
+
+
+def local_matmul(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None, heap=None,
+                 config: Config | None = None) -> torch.Tensor:  # fmt: skip
+    """``a @ b`` on this rank alone, by the operations' GEMM core (the same persistent tiling and
+    product as the fused operations, with every store local and no synchronization with peers).
+
+    A baseline, not a collective: what the fused operations' computation costs without their
+    communication (``ops-bench`` compares it with ``torch.matmul``). Programs default to the
+    fused operations' share of the GPU, so the two are comparable."""
+    heap = check_heap(heap)
+    check_operands("local_matmul", a, b, heap)
+    (m, k), n = a.shape, b.shape[1]
+    out = check_out("local_matmul", out, (m, n), a, heap, a, b)
+    if m * n == 0:
+        return out
+    launch = _Launch(config, a, heap, m, n)
+    kernel = launch.kernels.matmul_kernel
+    kernel[(launch.programs,)](a, b, out, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0),
+                               out.stride(1), num_warps=launch.config.num_warps, **launch.constexprs,
+                               **launch.options)  # fmt: skip
     return out

@@ -172,20 +172,28 @@ def all_gather_matmul_kernel(
 
 
 @triton.jit
-def _reduce_tile(partials, rl, rn, rows, N, OP: tl.constexpr, W: tl.constexpr, BLOCK_M: tl.constexpr,
+def _reduce_tile(partials, own, me, rl, rn, rows, N, OP: tl.constexpr, W: tl.constexpr, BLOCK_M: tl.constexpr,
                  BLOCK_N: tl.constexpr):  # fmt: skip
-    """``OP`` over ranks 0, 1, ..., W-1 (in that order) of their partials of one tile (fp32).
+    """``OP`` over ranks 0, 1, ..., W-1 (in that order) of their partials of one tile (fp32): rank
+    ``me``'s is ``own`` (this program's registers), every other rank's is read from ``partials``.
 
-    Unrolled over the ``W`` ranks, so all W loads are in flight at once (a loop over a runtime
-    world size issues them one after another: W memory latencies per tile). Volatile: what peers
-    stored here since this rank's last look comes from memory, not from a cache."""
+    Unrolled over the ``W`` ranks, so all W-1 loads are in flight at once (a loop over a runtime
+    world size issues them one after another: W memory latencies per tile). Cached at L2 only
+    (".cg", not in L1, which another launch may have filled from these addresses): after
+    ``wait_flags``' acquire, L2 holds what the peers stored. (Volatile loads measured 4% slower
+    for the whole operation, BENCHMARKS.md.)"""
     ptrs = partials + rl[:, None].to(tl.int64) * N + rn[None, :]
     mask = (rl[:, None] < rows) & (rn[None, :] < N)
     size = tl.cast(rows, tl.int64) * N  # cast, not .to: a launch makes rows == 1 a constexpr
-    acc = tl.load(ptrs, mask=mask, other=0.0, volatile=True).to(tl.float32)
-    for r in tl.static_range(1, W):
-        v = tl.load(ptrs + r * size, mask=mask, other=0.0, volatile=True).to(tl.float32)
-        acc = proto.combine(acc, v, OP, True)
+    me = rl[:, None] * 0 + rn[None, :] * 0 + me  # the tile's shape (the interpreter masks by whole arrays)
+    acc = own
+    for r in tl.static_range(W):
+        v = tl.load(ptrs + r * size, mask=mask & (me != r), other=0.0, cache_modifier=".cg").to(tl.float32)
+        v = tl.where(me == r, own, v)
+        if r == 0:
+            acc = v
+        else:
+            acc = proto.combine(acc, v, OP, True)
     if OP == _AVG:
         acc = tl.div_rn(acc, tl.full((), W, tl.float32))  # IEEE-rounded, as torch divides
     return acc
@@ -207,11 +215,17 @@ def matmul_reduce_kernel(
     ``partials`` (W x rows x N, of ``out``'s dtype) and ``flags`` (one FLAGS-wide row per tile of
     a group) are this rank's exchange buffer, at the same heap offset on every rank: rank s stores
     its partial of a tile of group o into rank o's ``partials[s]`` and raises its lane of the
-    tile's row there. ``W``: the world size (the reduction unrolls over it)."""
+    tile's row there. ``W``: the world size (the reduction unrolls over it).
+
+    A tile's flag is raised one tile late: after the product of the program's next tile, whose
+    computation its stores had to drain under (a release right after them would wait for them:
+    ``signal``). The owner keeps its own partial in registers and raises its own lane locally."""
     ctx, tr, epoch, go = proto.begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, FLAGS, SCOPE, TRACE)
     tiles_m = tl.cdiv(rows, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
     size = tl.cast(rows, tl.int64) * N  # cast, not .to: a launch makes rows == 1 a constexpr
+    sent_t = -1  # the tile whose partial was stored last and not yet signalled (-1: none), and its owner
+    sent_o = ctx.rank % ctx.world_size  # (typed as the owners computed below)
     for j in range(1, ctx.world_size + 1):  # the next rank's rows first, this rank's own last
         o = (ctx.rank + j) % ctx.world_size
         t = tl.program_id(0)
@@ -221,24 +235,31 @@ def matmul_reduce_kernel(
             rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
             rm = o * rows + rl
             row_ok = (rl < rows) & (rm < M)
+            mask = row_ok[:, None] & (rn[None, :] < N)
             h = tr.record_start(_TILE, o, _tile_bytes(partials, BLOCK_M, BLOCK_N))
             acc = _product(a, b, rm, row_ok, rn, N, K, stride_am, stride_ak, stride_bk, stride_bn, a, 0, 0, False,
                            BLOCK_K, PRECISION, BLOCK_M, BLOCK_N)  # fmt: skip
             part = proto.cast_out(acc, partials.dtype.element_ty)
             tr.record_end(h)
             h = tr.record_start(_REMOTE_STORE, o, _tile_bytes(partials, BLOCK_M, BLOCK_N))
-            mine = partials + ctx.rank * size + rl[:, None].to(tl.int64) * N + rn[None, :]
-            ctx.store(mine, part, o, mask=row_ok[:, None] & (rn[None, :] < N))
-            go = proto.signal(ctx, flags + t * FLAGS, epoch, o, SCOPE)
+            if sent_t >= 0:
+                go = proto.signal(ctx, flags + sent_t * FLAGS, epoch, sent_o, SCOPE)
+                sent_t = -1
+            if go & (j < ctx.world_size):
+                mine = partials + ctx.rank * size + rl[:, None].to(tl.int64) * N + rn[None, :]
+                ctx.store(mine, part, o, mask=mask)
+                sent_t = t
+                sent_o = o
             tr.record_end(h)
             if go & (j == ctx.world_size):  # a tile of this rank's rows: every rank's partial, reduced
+                tl.atomic_xchg(flags + t * FLAGS + ctx.rank, epoch, sem="relaxed", scope=SCOPE)
                 h = tr.record_start(_TILE_WAIT, ctx.rank, 0)
                 go = proto.wait_flags(ctx, flags + t * FLAGS, sync, epoch, FLAGS, SCOPE)
                 tr.record_end(h)
                 if go:
-                    res = proto.cast_out(_reduce_tile(partials, rl, rn, rows, N, OP, W, BLOCK_M, BLOCK_N),
-                                         out.dtype.element_ty)  # fmt: skip
-                    mask = row_ok[:, None] & (rn[None, :] < N)
+                    res = _reduce_tile(partials, part.to(tl.float32), ctx.rank, rl, rn, rows, N, OP, W, BLOCK_M,
+                                       BLOCK_N)  # fmt: skip
+                    res = proto.cast_out(res, out.dtype.element_ty)
                     if ALL_REDUCE:
                         ptrs = out + rm[:, None].to(tl.int64) * stride_om + rn[None, :].to(tl.int64) * stride_on
                         for i in range(1, ctx.world_size + 1):  # the next rank first, this rank's own last
@@ -250,6 +271,8 @@ def matmul_reduce_kernel(
                         ptrs = out + rl[:, None].to(tl.int64) * stride_om + rn[None, :].to(tl.int64) * stride_on
                         tl.store(ptrs, res, mask=mask)
             t += tl.num_programs(0)
+    if go & (sent_t >= 0):  # a program without tiles of its own rows (none, while every group has as many)
+        go = proto.signal(ctx, flags + sent_t * FLAGS, epoch, sent_o, SCOPE)
     proto.finish(ctx, tr, sync, epoch, go, FLAGS, SCOPE)
 
 

@@ -171,6 +171,20 @@ def _default_falls_back_to_the_newest_open_heap(rank, world_size):
         iris.heap.default_heap()
 
 
+def _find_heap_by_serial(rank, world_size):
+    first, second = iris.heap.init(1 << 16), iris.heap.init(1 << 16)
+    assert second.serial > first.serial >= 1
+    assert iris.heap.find_heap(first.serial) is first and iris.heap.find_heap(second.serial) is second
+    first.close()
+    assert iris.heap.find_heap(first.serial) is None, "a closed heap is not found"
+    third = iris.heap.init(1 << 16)
+    assert third.serial > second.serial, "serials are never reused"
+    assert iris.heap.find_heap(third.serial) is third and iris.heap.find_heap(0) is None
+    second.close()
+    third.close()
+
+
+test_find_heap_by_serial = on_ranks(_find_heap_by_serial, [1])
 test_offsets_are_symmetric = on_ranks(_same_offsets, WORLD_SIZES)
 test_peer_views_write_into_neighbours = on_ranks(_peer_views_write_neighbours, WORLD_SIZES)
 test_every_rank_reads_every_peer = on_ranks(_every_rank_reads_every_peer, [2, 4])

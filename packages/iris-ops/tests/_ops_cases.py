@@ -347,7 +347,10 @@ def traced(rank, world_size, backend):
     heap.wait_timeout = QUIET
     w = world_size
     try:
-        heap.tracing.enable(max_events=1 << 12)
+        clock = None
+        if heap.device.type == "cuda":  # a GPU heap's calibration reads the device clock
+            from iris.mem.triton import device_clock as clock
+        heap.tracing.enable(max_events=1 << 12, clock=clock)
         cfg = config(backend, trace=True)
         a = sample((8 * w, 16), torch.float32, 1, rank).to(heap.device)
         b = sample((16, 20), torch.float32, 2, rank).to(heap.device)

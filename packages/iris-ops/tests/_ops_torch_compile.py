@@ -53,9 +53,9 @@ def compiled_operations_match_eager(rank, world_size, backend, dtype):
     w = world_size
     cfg = ops.Config(backend=backend)
     g = torch.Generator().manual_seed(2000 + rank)
-    a = torch.randn((w * M, K), generator=g).to(dtype)  # M x k per rank for the reductions
-    b = torch.randn((K, N), generator=g).to(dtype)
-    rows = torch.randn((M, K), generator=g).to(dtype)  # this rank's rows for all_gather_matmul
+    a = torch.randn((w * M, K), generator=g).to(heap.device, dtype)  # M x k per rank for the reductions
+    b = torch.randn((K, N), generator=g).to(heap.device, dtype)
+    rows = torch.randn((M, K), generator=g).to(heap.device, dtype)  # this rank's rows for all_gather_matmul
     out = heap.zeros(w * M, N, dtype=dtype)  # matmul_all_reduce's out=, on the heap
 
     def fused(a, b, rows, out):
@@ -84,3 +84,43 @@ def compiled_operations_match_eager(rank, world_size, backend, dtype):
     heap.barrier()
     heap.check_device_errors()
     return explained.graph_break_count
+
+
+def compiled_mlp_block_matches_eager(rank, world_size, backend, dtype):
+    """The tensor-parallel MLP block of ``tp-mlp`` (sequence-parallel rows -> ``all_gather_matmul``
+    -> GELU -> ``matmul_reduce_scatter``) compiled whole, with no graph break: by ``aot_eager`` the
+    same bits as eager; on a GPU also by inductor, which generates its own GELU kernel around the
+    fused operations (so close to eager, not bitwise: its GELU rounds on its own)."""
+    torch.compiler.reset()
+    heap = iris.heap.init(1 << 23)
+    w = world_size
+    cfg = ops.Config(backend=backend)
+    g = torch.Generator().manual_seed(3000 + rank)
+    dev = heap.device
+    x = torch.randn((M, K), generator=g).to(dev, dtype)  # this rank's tokens
+    up = (torch.randn((K, 2 * N), generator=g) / 4).to(dev, dtype)  # this rank's columns of w_up
+    down = (torch.randn((2 * N, K), generator=g) / 4).to(dev, dtype)  # this rank's rows of w_down
+
+    def block(x, up, down):
+        h = ops.all_gather_matmul(x, up, config=cfg)
+        return ops.matmul_reduce_scatter(torch.nn.functional.gelu(h), down, config=cfg)
+
+    with _no_custom_ops():
+        eager = block(x, up, down).clone()
+    assert eager.shape == (M, K), eager.shape
+    compilers = ["aot_eager"] + (["inductor"] if dev.type == "cuda" else [])
+    for compiler in compilers:
+        torch.compiler.reset()
+        compiled = torch.compile(block, backend=compiler, fullgraph=True)
+        for attempt in ("compiling call", "cached graph"):
+            got = compiled(x, up, down)
+            if compiler == "aot_eager":
+                _same(got, eager, f"{compiler}, {attempt}")
+            else:
+                tol = 1e-5 if dtype == torch.float32 else 3e-2
+                torch.testing.assert_close(got, eager, rtol=tol, atol=tol, msg=lambda m: f"{compiler}, {attempt}: {m}")
+    explained = torch._dynamo.explain(block)(x, up, down)
+    assert explained.graph_break_count == 0, explained.break_reasons
+    heap.barrier()
+    heap.check_device_errors()
+    return len(compilers)

@@ -15,7 +15,7 @@ from .context import CONTEXT_ABI_VERSION
 from .device_errors import DeviceError, Watchdog
 from .errors import *  # noqa: F403 (every error class is public: errors.__all__)
 from .factories import DTYPES
-from .heap import HeapStats, Reservation, SymmetricHeap, default_heap, init
+from .heap import HeapStats, Reservation, SymmetricHeap, default_heap, find_heap, init
 
 __version__ = "0.2.0"
 
@@ -30,6 +30,7 @@ __all__ = [
     "Watchdog",
     "context",
     "default_heap",
+    "find_heap",
     "init",
     "log",
     "testing",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import itertools
 import socket
 import threading
 import weakref
@@ -38,6 +39,7 @@ DEFAULT_WAIT_TIMEOUT = 60.0  # seconds; IRIS_WAIT_TIMEOUT overrides
 _MAX_WAIT_TIMEOUT = 1e9  # seconds (about 31 years): the bound in nanoseconds stays far inside int64
 
 _open: list[weakref.ref] = []  # every heap still open in this process, oldest first
+_serials = itertools.count(1)  # SymmetricHeap.serial: 1, 2, ... in the order heaps are made
 #: When a list (iris.heap.testing sets it around each task), every new heap is also appended here,
 #: a strong reference: the runner then closes exactly the heaps the task made, on every rank,
 #: even those one rank's traceback kept alive while another rank's were collected.
@@ -84,6 +86,18 @@ def init(size: int = 1 << 30, *, device=None, group=None, transport: str = "auto
     return SymmetricHeap(size, device=device, group=group, transport=transport)
 
 
+def find_heap(serial: int) -> SymmetricHeap | None:
+    """The open heap of this process whose ``serial`` is ``serial``; None when it is closed or gone.
+
+    How code that cannot hold a heap names one: a ``torch.compile`` graph holds the serial (an
+    int, which it can guard on and replay) and finds the heap again when it runs."""
+    for ref in _open:
+        heap = ref()
+        if heap is not None and not heap._closed and heap.serial == serial:
+            return heap
+    return None
+
+
 def default_heap() -> SymmetricHeap:
     """The most recently created heap that is still open."""
     for ref in reversed(_open):
@@ -98,6 +112,8 @@ class SymmetricHeap(TensorFactories):
 
     def __init__(self, size: int = 1 << 30, *, device=None, group=None, transport: str = "auto"):
         self._closed = True  # until fully built, so a failed init leaves nothing usable
+        #: This heap's number in this process (1, 2, ... in creation order, never reused): ``find_heap``.
+        self.serial = next(_serials)
         # Arguments are checked without raising and the verdicts exchanged right after joining: a
         # bad argument on one rank fails every rank at once instead of leaving the others blocked.
         size, size_error = check_size(size)

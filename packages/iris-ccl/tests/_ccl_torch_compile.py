@@ -33,8 +33,8 @@ def _inputs(heap, rank: int, w: int) -> dict:
         "x": randn(37, on_heap=True),  # all_reduce of a heap tensor, in place
         "p": randn(5, 3),  # all_reduce (max, one_shot, explicit heap) of a tensor off the heap
         "g_out": heap.zeros(w * 6, 2), "g_in": randn(6, 2),  # all_gather pushing into a heap out
-        "rs_out": torch.zeros(4, 3), "rs_in": randn(w * 4, 3, on_heap=True),  # reduce_scatter, avg
-        "a2a_out": torch.zeros(w * 3), "a2a_in": randn(w * 3),  # all_to_all, both off the heap
+        "rs_out": torch.zeros(4, 3, device=heap.device), "rs_in": randn(w * 4, 3, on_heap=True),  # reduce_scatter, avg
+        "a2a_out": torch.zeros(w * 3, device=heap.device), "a2a_in": randn(w * 3),  # all_to_all, both off the heap
         "b": randn(9, on_heap=True),  # broadcast from the last rank
     }  # fmt: skip
 

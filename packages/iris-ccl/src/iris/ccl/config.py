@@ -65,13 +65,17 @@ class Config:
             raise TypeError(f"blocking must be True or False, got {self.blocking!r}")
         if not isinstance(self.trace, bool):
             raise TypeError(f"trace must be True or False, got {self.trace!r}")
-        # Configs key the collectives' plans (one hash per call): hash the fields once.
-        fields = (self.variant, self.block_size, self.num_programs, self.num_warps, self.backend, self.blocking,
-                  self.trace)  # fmt: skip
-        object.__setattr__(self, "_hash", hash(fields))
 
     def __hash__(self) -> int:
-        return self._hash
+        # Configs key the collectives' plans (one hash per call): the fields are hashed once, at
+        # the first call, not in __init__, which torch 2.11's dynamo traces when a compiled
+        # function builds a Config (it cannot trace hash() of a tuple).
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.variant, self.block_size, self.num_programs, self.num_warps, self.backend, self.blocking,
+                      self.trace))  # fmt: skip
+            object.__setattr__(self, "_hash", h)
+        return h
 
 
 #: What a call without ``config`` runs with.

@@ -105,6 +105,12 @@ def every_op(rank, world_size, backend, dtype):
             out = heap.full((M, w * N), float("nan"), dtype=dtype)  # written in place by every rank
             ops.matmul_all_gather(a[rank], b[rank], out=out, config=cfg)
             _close(out, want, f"matmul_all_gather into a heap out {dtype}", rank)
+            # the products stacked (W x M x n): in place on the heap, and off it (staged)
+            stacked = torch.full((w, M, N), float("nan"), dtype=dtype, device=dev)
+            if not transposed:
+                stacked = heap.full((w, M, N), float("nan"), dtype=dtype)
+            assert ops.matmul_all_gather(a[rank], b[rank], out=stacked, config=cfg) is stacked
+            _close(stacked, want.view(M, w, N).permute(1, 0, 2), f"matmul_all_gather stacked {dtype}", rank)
             # matmul_reduce_scatter: rows `rank` of sum_r a_r @ b_r (M divisible by W)
             rows = 8 * w
             ar = [sample((rows, K), dtype, seed + 200, r, transposed).to(dev) for r in range(w)]
@@ -122,7 +128,7 @@ def every_op(rank, world_size, backend, dtype):
             digests = [None] * w
             dist.all_gather_object(digests, got.cpu().view(torch.uint8 if dtype != torch.float32 else torch.int32).sum().item())
             assert len(set(digests)) == 1, f"matmul_all_reduce results differ between ranks: {digests}"
-            for t in (heap_a, out):
+            for t in (heap_a, out) + ((stacked,) if heap.is_symmetric(stacked) else ()):
                 heap.free(t)
         heap.check_device_errors()
         return True
@@ -173,6 +179,10 @@ def bad_inputs(rank, world_size, backend):
         (lambda: ops.matmul_all_reduce(a, b, config=ccl.Config()), TypeError, "iris.ops.Config"),
         (lambda: ops.all_gather_matmul(a, b, return_gathered=1, config=cfg), TypeError, "return_gathered"),
         (lambda: ops.matmul_all_gather(a, b, heap=object(), config=cfg), TypeError, "SymmetricHeap"),
+        (lambda: ops.matmul_all_gather(a, b, out=torch.empty(world_size, 5, a.shape[0], device=dev), config=cfg),
+         ValueError, f"out must have shape {(world_size, a.shape[0], 5)}"),
+        (lambda: ops.matmul_all_gather(a, b, out=torch.empty(1, world_size, a.shape[0], 5, device=dev), config=cfg),
+         ValueError, "must be a matrix (2-D)"),
         (lambda: ops.Config(block_m=24), ValueError, "power of two"),
         (lambda: ops.Config(backend="cuda"), ValueError, "unknown backend"),
         (lambda: ops.Config(num_programs=0), ValueError, "num_programs"),
@@ -240,6 +250,11 @@ def mismatch(rank, world_size, backend, field: str):
             e = raised(lambda: ops.matmul_all_reduce(a, b, out=mem.output((8 * world_size, 12), dtype, True, "ar out"), config=cfg,
                                                      op="sum"))  # fmt: skip
             mem.freeze()
+        elif field == "variant":  # matmul_all_gather's products side by side, but stacked on the last rank
+            w = world_size
+            c = mem.output((w, 8 * w, 12) if odd else (8 * w, w * 12), dtype, True, "mag out")  # the same bytes
+            mem.freeze()
+            e = raised(lambda: ops.matmul_all_gather(a, b, out=c, config=cfg))
         else:
             e = raised(lambda: ops.matmul_reduce_scatter(a, b, out=out, config=cfg))
         e = e or raised(heap.check_device_errors)

@@ -17,7 +17,7 @@ import iris.ops as ops
 from iris.ops import custom_ops
 
 #: The ``torch.ops.iris`` calls ``fused`` makes (one per operation).
-CALLS = 5
+CALLS = 6
 #: Rows of ``a`` per rank, inner dimension, columns (not multiples of the CPU tiles, 32 x 32 x 16).
 M, K, N = 6, 20, 12
 
@@ -57,6 +57,7 @@ def compiled_operations_match_eager(rank, world_size, backend, dtype):
     b = torch.randn((K, N), generator=g).to(heap.device, dtype)
     rows = torch.randn((M, K), generator=g).to(heap.device, dtype)  # this rank's rows for all_gather_matmul
     out = heap.zeros(w * M, N, dtype=dtype)  # matmul_all_reduce's out=, on the heap
+    stacked = torch.zeros(w, w * M, N // 2, dtype=dtype, device=heap.device)  # matmul_all_gather's, stacked
 
     def fused(a, b, rows, out):
         c1 = ops.all_gather_matmul(rows, b, config=cfg)
@@ -64,7 +65,8 @@ def compiled_operations_match_eager(rank, world_size, backend, dtype):
         c3 = ops.matmul_all_gather(a, b[:, : N // 2], config=cfg)
         c4 = ops.matmul_reduce_scatter(a, b, "max", config=cfg)
         c5 = ops.matmul_all_reduce(a, b, out=out, config=cfg)
-        return c1, gathered, c2, c3, c4, c5 * 2
+        c6 = ops.matmul_all_gather(a, b[:, N // 2 :], out=stacked, config=cfg)
+        return c1, gathered, c2, c3, c4, c5 * 2, c6 + 1
 
     with _no_custom_ops():
         eager = [t.clone() for t in fused(a, b, rows, out)]

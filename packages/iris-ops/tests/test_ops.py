@@ -38,7 +38,7 @@ def test_back_to_back_operations_and_collectives_need_no_host_barrier(world, bac
     assert world.run(_ops_cases.back_to_back, world_size, backend, 6) == [True] * world_size
 
 
-@pytest.mark.parametrize("field", ["collective", "dtype", "inner dim and columns", "tiling"])
+@pytest.mark.parametrize("field", ["collective", "variant", "dtype", "inner dim and columns", "tiling"])
 def test_a_mismatched_call_raises_on_every_rank_and_touches_nothing(world, backend, field):
     assert world.run(_ops_cases.mismatch, 2, backend, field) == [True, True]
 

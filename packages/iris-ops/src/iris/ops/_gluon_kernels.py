@@ -162,14 +162,16 @@ _DESC = ["CODE", "NUMEL", "OFF_A", "OFF_B", "SHAPE"]  # vary per call: never spe
 @gluon.jit(do_not_specialize=_DESC)
 def matmul_all_gather_kernel(
     context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, a, b, c, M, N, K,
-    stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+    stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_cr,
     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
     PRECISION: gl.constexpr, FLAGS: gl.constexpr, SCOPE: gl.constexpr, TRACE: gl.constexpr,
     LOAD_A: gl.constexpr, LOAD_B: gl.constexpr, ACC: gl.constexpr, DOT_A: gl.constexpr, DOT_B: gl.constexpr,
     STORE: gl.constexpr, USE_MMA_V2: gl.constexpr,
 ):  # fmt: skip
-    """``c[:, rank*N : (rank+1)*N] = a @ b`` (a: M x K, b: K x N) in every rank's ``c`` (a heap
-    buffer of M x W*N, the same on every rank)."""
+    """``a @ b`` (a: M x K, b: K x N) into this rank's block of every rank's ``c`` (a heap buffer,
+    the same on every rank), which starts ``rank * stride_cr`` elements in: ``c[:, rank*N :
+    (rank+1)*N]`` of an M x W*N matrix (``stride_cr`` = N columns), or ``c[rank]`` of W stacked
+    M x N blocks."""
     ctx, tr, epoch, go = proto.begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, FLAGS, SCOPE, TRACE)
     tiles_m = gl.cdiv(M, BLOCK_M)
     tiles_n = gl.cdiv(N, BLOCK_N)
@@ -184,7 +186,8 @@ def matmul_all_gather_kernel(
         tr.record_end(h)
         rm = _rows(pid_m * BLOCK_M, BLOCK_M, STORE)
         rn = _cols(pid_n * BLOCK_N, BLOCK_N, STORE)
-        ptrs = c + rm[:, None].to(gl.int64) * stride_cm + (ctx.rank * N + rn)[None, :].to(gl.int64) * stride_cn
+        mine = c + gl.cast(ctx.rank, gl.int64) * stride_cr  # this rank's block
+        ptrs = mine + rm[:, None].to(gl.int64) * stride_cm + rn[None, :].to(gl.int64) * stride_cn
         mask = (rm[:, None] < M) & (rn[None, :] < N)
         for j in range(1, ctx.world_size + 1):  # the next rank first, this rank's own copy last
             to = (ctx.rank + j) % ctx.world_size

@@ -108,12 +108,14 @@ _DESC = ["CODE", "NUMEL", "OFF_A", "OFF_B", "SHAPE"]  # vary per call: never spe
 @triton.jit(do_not_specialize=_DESC)
 def matmul_all_gather_kernel(
     context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, a, b, c, M, N, K,
-    stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+    stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_cr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     PRECISION: tl.constexpr, FLAGS: tl.constexpr, SCOPE: tl.constexpr, TRACE: tl.constexpr,
 ):  # fmt: skip
-    """``c[:, rank*N : (rank+1)*N] = a @ b`` (a: M x K, b: K x N) in every rank's ``c`` (a heap
-    buffer of M x W*N, the same on every rank)."""
+    """``a @ b`` (a: M x K, b: K x N) into this rank's block of every rank's ``c`` (a heap buffer,
+    the same on every rank), which starts ``rank * stride_cr`` elements in: ``c[:, rank*N :
+    (rank+1)*N]`` of an M x W*N matrix (``stride_cr`` = N columns), or ``c[rank]`` of W stacked
+    M x N blocks."""
     ctx, tr, epoch, go = proto.begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, FLAGS, SCOPE, TRACE)
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
@@ -127,7 +129,8 @@ def matmul_all_gather_kernel(
                        BLOCK_K, PRECISION, BLOCK_M, BLOCK_N)  # fmt: skip
         out = proto.cast_out(acc, c.dtype.element_ty)
         tr.record_end(h)
-        ptrs = c + rm[:, None].to(tl.int64) * stride_cm + (ctx.rank * N + rn)[None, :].to(tl.int64) * stride_cn
+        mine = c + tl.cast(ctx.rank, tl.int64) * stride_cr  # this rank's block
+        ptrs = mine + rm[:, None].to(tl.int64) * stride_cm + rn[None, :].to(tl.int64) * stride_cn
         mask = (rm[:, None] < M) & (rn[None, :] < N)
         for j in range(1, ctx.world_size + 1):  # the next rank first, this rank's own copy last
             to = (ctx.rank + j) % ctx.world_size

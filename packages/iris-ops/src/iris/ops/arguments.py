@@ -18,15 +18,16 @@ __all__ = ["DTYPES", "check_heap", "check_op", "check_operands", "check_out", "o
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
-def _check_matrix(t, name: str, heap) -> None:
+def _check_matrix(t, name: str, heap, dims: int = 2) -> None:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if t.device != heap.device:
         raise ValueError(f"{name} is on {t.device}, but the heap (rank {heap.rank}) is on {heap.device}")
     if t.layout != torch.strided:
         raise TypeError(f"{name} is a {t.layout} tensor; the fused operations take strided tensors")
-    if t.dim() != 2:
-        raise ValueError(f"{name} must be a matrix (2-D), got shape {tuple(t.shape)}")
+    if t.dim() != dims:
+        what = "a matrix (2-D)" if dims == 2 else f"{dims}-D"
+        raise ValueError(f"{name} must be {what}, got shape {tuple(t.shape)}")
     if t.dtype not in DTYPES:
         raise TypeError(f"{name} is {t.dtype}; the fused operations take {', '.join(map(str, DTYPES))}")
 
@@ -53,12 +54,12 @@ def output_like(shape: tuple[int, int], a: torch.Tensor) -> torch.Tensor:
     return torch.empty(shape, dtype=a.dtype, device=a.device)
 
 
-def check_out(name: str, out, shape: tuple[int, int], a: torch.Tensor, heap, *inputs: torch.Tensor) -> torch.Tensor:
+def check_out(name: str, out, shape: tuple[int, ...], a: torch.Tensor, heap, *inputs: torch.Tensor) -> torch.Tensor:
     """``out`` if given (checked: ``shape``, ``a``'s dtype, the heap's device, elements that do not
     overlap each other nor the inputs), else a new tensor."""
     if out is None:
         return output_like(shape, a)
-    _check_matrix(out, "out", heap)
+    _check_matrix(out, "out", heap, len(shape))
     if tuple(out.shape) != shape:
         raise ValueError(f"{name}: out must have shape {shape}, got {tuple(out.shape)}")
     if out.dtype != a.dtype:

@@ -125,6 +125,8 @@ def all_gather_matmul(a, b, *, out=None, return_gathered=False, heap=None, confi
 def matmul_all_gather(a, b, *, out=None, heap=None, config=None):
     """``iris.ops.matmul_all_gather`` as the op ``iris::matmul_all_gather``."""
     c = _OPS.matmul_all_gather(a, b, heap_handle(heap), *_values(config))
+    if isinstance(out, torch.Tensor) and out.dim() == 3:  # the products stacked: a view of the M x W*n result
+        c = c.view(c.shape[0], out.shape[0], -1).permute(1, 0, 2)
     return c if out is None else _into("matmul_all_gather", out, c)
 
 

@@ -5,8 +5,8 @@ entry and every rank compares every rank's with its own before anyone touches a 
 operations are registered there as kinds of their own (``KINDS``), and fill the description's
 words as follows:
 
-- CODE: the operation, its variant (``push``: this rank stores into peers; ``pull``: it reads
-  them), the reduction op, the dtype, which buffers peers access in place (``on heap``), the
+- CODE: the operation, its variant (``push``: this rank stores into peers; ``push stacked``: so,
+  into a W x M x n result; ``pull``: it reads them), the reduction op, the dtype, which buffers peers access in place (``on heap``), the
   tiling in the source field (``tiles``: log2 of each tile side less 4, and ``group_m``) and the
   programs per launch in the layout field.
 - NUMEL: the rows of ``a`` (per rank for ``all_gather_matmul``, else in all).
@@ -65,4 +65,7 @@ _FIELDS = protocol.KindFields(
 )
 for _name, _code in KINDS.items():
     protocol.register_kind(_name, _code, _FIELDS)
+#: ``matmul_all_gather`` into a stacked (W x M x n) result: ranks that disagree on the result's
+#: layout would store into each other's in different places, so it is a variant of its own.
+protocol.register_variant("push stacked", 6)
 assert MAX_BLOCK == 1 << (4 + (1 << _SIDE_BITS) - 1) and MAX_GROUP_M <= 1 << 8 and MAX_PROGRAMS < 1 << 16

@@ -212,6 +212,9 @@ def matmul_all_gather(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | N
     Unfused, it is ``torch.matmul`` then ``all_gather`` of the products and a permute
     (``iris.ops.reference.matmul_all_gather``).
 
+    ``out`` may also be W x M x n: the products stacked, ``out[r] = a_r @ b_r`` (what an
+    ``all_gather`` of the products gives, with no permute; every rank must pass the same form).
+
     Each finished tile is stored into every rank's result at once (the next rank first), while
     the next tile is computed. The result is written in place where ``out`` is a row-major heap
     tensor on every rank, else into the operation's staging and copied into the result after the
@@ -223,17 +226,23 @@ def matmul_all_gather(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | N
     check_operands("matmul_all_gather", a, b, heap)
     w = heap.world_size
     (m, k), n = a.shape, b.shape[1]
-    out = check_out("matmul_all_gather", out, (m, w * n), a, heap, a, b)
+    stacked = isinstance(out, torch.Tensor) and out.dim() == 3
+    shape = (w, m, n) if stacked else (m, w * n)
+    out = check_out("matmul_all_gather", out, shape, a, heap, a, b)
     launch = _Launch(config, a, heap, m, n)
     with Call(heap, launch.config, "matmul_all_gather", kernels=launch.kernels) as call:
         if m * n == 0:
             call.barrier()  # a call of nothing still pairs up with its peers' calls
             return out
-        target = out if _heap_buffer(heap, out) else _staging(call, "out", (m, w * n), a.dtype)
-        launch.describe(call, m, k, n, target, variant="push", on_heap=(target is out,))
+        target = out if _heap_buffer(heap, out) else _staging(call, "out", shape, a.dtype)
+        launch.describe(call, m, k, n, target, variant="push stacked" if stacked else "push", on_heap=(target is out,))
+        if stacked:  # rank r's block starts at target[r]
+            stride_cr, stride_cm, stride_cn = target.stride()
+        else:  # rank r's block starts at column r*n
+            (stride_cm, stride_cn), stride_cr = target.stride(), n * target.stride(1)
         launch.run(call, launch.kernels.matmul_all_gather_kernel, a=a, b=b, c=target, M=m, N=n, K=k,
                    stride_am=a.stride(0), stride_ak=a.stride(1), stride_bk=b.stride(0), stride_bn=b.stride(1),
-                   stride_cm=target.stride(0), stride_cn=target.stride(1))  # fmt: skip
+                   stride_cm=stride_cm, stride_cn=stride_cn, stride_cr=stride_cr)  # fmt: skip
         if target is not out:
             call.copy(out, target)
     return out

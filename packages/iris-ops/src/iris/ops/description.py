@@ -6,9 +6,9 @@ operations are registered there as kinds of their own (``KINDS``), and fill the 
 words as follows:
 
 - CODE: the operation, its variant (``push``: this rank stores into peers; ``push stacked``: so,
-  into a W x M x n result; ``pull``: it reads them), the reduction op, the dtype, which buffers peers access in place (``on heap``), the
-  tiling in the source field (``tiles``: log2 of each tile side less 4, and ``group_m``) and the
-  programs per launch in the layout field.
+  into a W x M x n result; ``pull``: it reads them), the reduction op, the dtype, which buffers
+  peers access in place (``on heap``), the tiling in the source field (``tiles``: log2 of each
+  tile side less 4, and ``group_m``) and the programs per launch in the layout field.
 - NUMEL: the rows of ``a`` (per rank for ``all_gather_matmul``, else in all).
 - OFF_A / OFF_B: the heap offsets of the buffers peers access (a heap tensor of the caller's, or
   the operation's staging).

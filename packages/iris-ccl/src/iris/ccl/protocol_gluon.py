@@ -6,6 +6,7 @@ the launch's ``num_warps`` and the compile target's warp size (``tile_layout``, 
 collectives' kernels use for their tiles too).
 """
 
+import triton
 import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -33,6 +34,15 @@ _TAG_BITS = gl.constexpr(protocol.TAG_BITS)
 _FIELDS = gl.constexpr(protocol.DESC_WORDS)  # code, numel, offset a, offset b, shape: what a mismatch names
 _ENTRY_GROUPS = gl.constexpr(8)  # the entry's lanes, in FLAGS-wide groups: a power of two >= 2 + DESC_SLOTS
 _EXIT_GROUPS = gl.constexpr(2)  # the exit's: its flags and the abandon flags
+
+
+@triton.jit
+def _probe():
+    pass
+
+
+#: Whether kernels run under Triton's interpreter in this process (Triton decides at import too).
+_INTERPRETED = gl.constexpr(type(_probe).__name__ == "InterpretedFunction")
 _MAX = gl.constexpr(protocol.REDUCE_OPS["max"])  # combine's OP codes; anything else sums
 _MIN = gl.constexpr(protocol.REDUCE_OPS["min"])
 # Config(trace=True): the phases every kernel records (iris.heap.tracing.EVENTS), per program.
@@ -409,12 +419,14 @@ def combine(acc, v, OP: gl.constexpr, IS_FLOAT: gl.constexpr):
 
 @gluon.jit
 def cast_out(acc, out_dtype: gl.constexpr):
-    """acc in the output dtype; fp32 -> bf16 rounds to nearest even explicitly, so interpreted
-    and compiled runs give the same bits (the interpreter's own conversion truncates)."""
-    if out_dtype == gl.bfloat16:
-        bits = acc.to(gl.uint32, bitcast=True)
-        rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).to(gl.uint16)
-        out = gl.where(acc != acc, acc.to(gl.bfloat16), rounded.to(gl.bfloat16, bitcast=True))
-    else:
-        out = acc.to(out_dtype)
+    """acc in the output dtype, rounded to nearest even. Compiled, that is the conversion itself
+    (one cvt.rn a pair); under the interpreter, whose own fp32 -> bf16 conversion truncates, the
+    rounding is spelled out, so CPU and GPU runs give the same bits. (Spelled out on a GPU too, its
+    fp32 temporaries cost a 128x256 tile's kernel registers it then spills.)"""
+    out = acc.to(out_dtype)
+    if _INTERPRETED:
+        if out_dtype == gl.bfloat16:
+            bits = acc.to(gl.uint32, bitcast=True)
+            rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).to(gl.uint16)
+            out = gl.where(acc != acc, out, rounded.to(gl.bfloat16, bitcast=True))
     return out

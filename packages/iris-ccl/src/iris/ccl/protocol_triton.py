@@ -65,6 +65,15 @@ _TAG_BITS = tl.constexpr(protocol.TAG_BITS)
 _FIELDS = tl.constexpr(protocol.DESC_WORDS)  # code, numel, offset a, offset b, shape: what a mismatch names
 _ENTRY_GROUPS = tl.constexpr(8)  # the entry's lanes, in FLAGS-wide groups: a power of two >= 2 + DESC_SLOTS
 _EXIT_GROUPS = tl.constexpr(2)  # the exit's: its flags and the abandon flags
+
+
+@triton.jit
+def _probe():
+    pass
+
+
+#: Whether kernels run under Triton's interpreter in this process (Triton decides at import too).
+_INTERPRETED = tl.constexpr(type(_probe).__name__ == "InterpretedFunction")
 _MAX = tl.constexpr(protocol.REDUCE_OPS["max"])  # combine's OP codes; anything else sums
 _MIN = tl.constexpr(protocol.REDUCE_OPS["min"])
 # Config(trace=True): the phases every kernel records (iris.heap.tracing.EVENTS), per program.
@@ -458,12 +467,14 @@ def combine(acc, v, OP: tl.constexpr, IS_FLOAT: tl.constexpr):
 
 @triton.jit
 def cast_out(acc, out_dtype: tl.constexpr):
-    """acc in the output dtype; fp32 -> bf16 rounds to nearest even explicitly, so interpreted
-    and compiled runs give the same bits (the interpreter's own conversion truncates)."""
-    if out_dtype == tl.bfloat16:
-        bits = acc.to(tl.uint32, bitcast=True)
-        rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).to(tl.uint16)
-        out = tl.where(acc != acc, acc.to(tl.bfloat16), rounded.to(tl.bfloat16, bitcast=True))
-    else:
-        out = acc.to(out_dtype)
+    """acc in the output dtype, rounded to nearest even. Compiled, that is the conversion itself
+    (one cvt.rn a pair); under the interpreter, whose own fp32 -> bf16 conversion truncates, the
+    rounding is spelled out, so CPU and GPU runs give the same bits. (Spelled out on a GPU too, its
+    fp32 temporaries cost a 128x256 tile's kernel registers it then spills.)"""
+    out = acc.to(out_dtype)
+    if _INTERPRETED:
+        if out_dtype == tl.bfloat16:
+            bits = acc.to(tl.uint32, bitcast=True)
+            rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).to(tl.uint16)
+            out = tl.where(acc != acc, out, rounded.to(tl.bfloat16, bitcast=True))
     return out

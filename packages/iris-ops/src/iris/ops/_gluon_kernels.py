@@ -233,29 +233,27 @@ def all_gather_matmul_kernel(
     proto.finish(ctx, tr, sync, epoch, go, FLAGS, SCOPE)
 
 
-@gluon.jit
-def _reduce_tile(partials, own, me, rl, rn, rows, N, OP: gl.constexpr, W: gl.constexpr):
-    """``OP`` over ranks 0, 1, ..., W-1 (in that order) of their partials of one tile (fp32), in
-    the layout of ``rl`` and ``rn``: rank ``me``'s is ``own`` (this program's registers), every
-    other rank's is read from ``partials``.
+#: Rows of a tile the owner reduces at a time (as the Triton kernel: a whole tile's W fp32 operands
+#: would not fit the registers its product left).
+_REDUCE_ROWS = gl.constexpr(32)
 
-    Unrolled over the ``W`` ranks, so all W-1 loads are in flight at once (a loop over a runtime
-    world size issues them one after another: W memory latencies per tile). Cached at L2 only
-    (".cg", not in L1, which another launch may have filled from these addresses): after
-    ``wait_flags``' acquire, L2 holds what the peers stored. (Volatile loads measured 4% slower
-    for the whole operation, BENCHMARKS.md.)"""
+
+@gluon.jit
+def _reduce_rows(partials, rl, rn, rows, N, OP: gl.constexpr, W: gl.constexpr):
+    """``OP`` over ranks 0, 1, ..., W-1 (in that order) of their partials of rows ``rl`` (within
+    the group), columns ``rn``, in fp32, in the layout of ``rl`` and ``rn``.
+
+    Unrolled over the ``W`` ranks, so all W loads are in flight at once (a loop over a runtime
+    world size issues them one after another: W memory latencies). Cached at L2 only (".cg",
+    not in L1, which another launch may have filled from these addresses): after
+    ``wait_flags``' acquire, L2 holds what the peers stored."""
     ptrs = partials + rl[:, None].to(gl.int64) * N + rn[None, :]
     mask = (rl[:, None] < rows) & (rn[None, :] < N)
     size = gl.cast(rows, gl.int64) * N  # cast, not .to: a launch makes rows == 1 a constexpr
-    me = rl[:, None] * 0 + rn[None, :] * 0 + me  # the tile's shape (the interpreter masks by whole arrays)
-    acc = own
-    for r in gl.static_range(W):
-        v = gl.load(ptrs + r * size, mask=mask & (me != r), other=0.0, cache_modifier=".cg").to(gl.float32)
-        v = gl.where(me == r, own, v)
-        if r == 0:
-            acc = v
-        else:
-            acc = proto.combine(acc, v, OP, True)
+    acc = gl.load(ptrs, mask=mask, other=0.0, cache_modifier=".cg").to(gl.float32)
+    for r in gl.static_range(1, W):
+        v = gl.load(ptrs + r * size, mask=mask, other=0.0, cache_modifier=".cg").to(gl.float32)
+        acc = proto.combine(acc, v, OP, True)
     if OP == _AVG:
         acc = gl.div_rn(acc, gl.full_like(acc, W))  # IEEE-rounded, as torch divides
     return acc
@@ -281,9 +279,11 @@ def matmul_reduce_kernel(
     its partial of a tile of group o into rank o's ``partials[s]`` and raises its lane of the
     tile's row there. ``W``: the world size (the reduction unrolls over it).
 
-    A tile's flag is raised one tile late: after the product of the program's next tile, whose
-    computation its stores had to drain under (a release right after them would wait for them:
-    ``signal``). The owner keeps its own partial in registers and raises its own lane locally."""
+    A tile's flag is raised one tile late: after the product of the program's next tile, under
+    which its stores drained (a release right after them would wait for them: ``signal``). The
+    owner stores its own partial like the others (its lane raised locally: only its own threads
+    read it, after the barrier that ends ``wait_flags``) and reduces the tile _REDUCE_ROWS rows at
+    a time."""
     ctx, tr, epoch, go = proto.begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, FLAGS, SCOPE, TRACE)
     tiles_m = gl.cdiv(rows, BLOCK_M)
     tiles_n = gl.cdiv(N, BLOCK_N)
@@ -305,17 +305,16 @@ def matmul_reduce_kernel(
             tr.record_end(h)
             rl = _rows(pid_m * BLOCK_M, BLOCK_M, STORE)  # rows within the group
             rn = _cols(pid_n * BLOCK_N, BLOCK_N, STORE)
-            rm = first + rl
-            mask = ((rl < rows) & (rm < M))[:, None] & (rn[None, :] < N)
             h = tr.record_start(_REMOTE_STORE, o, _tile_bytes(partials, BLOCK_M, BLOCK_N))
             if sent_t >= 0:
                 go = proto.signal(ctx, flags + sent_t * FLAGS, epoch, sent_o, SCOPE)
                 sent_t = -1
-            if go & (j < ctx.world_size):
+            if go:
                 mine = partials + ctx.rank * size + rl[:, None].to(gl.int64) * N + rn[None, :]
-                ctx.store(mine, part, o, mask=mask)
-                sent_t = t
-                sent_o = o
+                ctx.store(mine, part, o, mask=((rl < rows) & (first + rl < M))[:, None] & (rn[None, :] < N))
+                if j < ctx.world_size:
+                    sent_t = t
+                    sent_o = o
             tr.record_end(h)
             if go & (j == ctx.world_size):  # a tile of this rank's rows: every rank's partial, reduced
                 gl.atomic_xchg(flags + t * FLAGS + ctx.rank, epoch, sem="relaxed", scope=SCOPE)
@@ -323,18 +322,22 @@ def matmul_reduce_kernel(
                 go = proto.wait_flags(ctx, flags + t * FLAGS, sync, epoch, FLAGS, SCOPE)
                 tr.record_end(h)
                 if go:
-                    res = _reduce_tile(partials, part.to(gl.float32), ctx.rank, rl, rn, rows, N, OP, W)
-                    res = proto.cast_out(res, out.dtype.element_ty)
-                    if ALL_REDUCE:
-                        ptrs = out + rm[:, None].to(gl.int64) * stride_om + rn[None, :].to(gl.int64) * stride_on
-                        for i in range(1, ctx.world_size + 1):  # the next rank first, this rank's own last
-                            to = (ctx.rank + i) % ctx.world_size
-                            h = tr.record_start(_REMOTE_STORE, to, _tile_bytes(out, BLOCK_M, BLOCK_N))
-                            ctx.store(ptrs, res, to, mask=mask)
-                            tr.record_end(h)
-                    else:
-                        ptrs = out + rl[:, None].to(gl.int64) * stride_om + rn[None, :].to(gl.int64) * stride_on
-                        gl.store(ptrs, res, mask=mask)
+                    CHUNK: gl.constexpr = min(_REDUCE_ROWS, BLOCK_M)
+                    for c in gl.static_range(BLOCK_M // CHUNK):
+                        rc = _rows(pid_m * BLOCK_M + c * CHUNK, CHUNK, STORE)  # rows within the group
+                        res = proto.cast_out(_reduce_rows(partials, rc, rn, rows, N, OP, W), out.dtype.element_ty)
+                        mask = ((rc < rows) & (first + rc < M))[:, None] & (rn[None, :] < N)
+                        if ALL_REDUCE:
+                            ptrs = (out + (first + rc)[:, None].to(gl.int64) * stride_om
+                                    + rn[None, :].to(gl.int64) * stride_on)  # fmt: skip
+                            for i in range(1, ctx.world_size + 1):  # the next rank first, this rank's own last
+                                to = (ctx.rank + i) % ctx.world_size
+                                h = tr.record_start(_REMOTE_STORE, to, _tile_bytes(out, CHUNK, BLOCK_N))
+                                ctx.store(ptrs, res, to, mask=mask)
+                                tr.record_end(h)
+                        else:
+                            ptrs = out + rc[:, None].to(gl.int64) * stride_om + rn[None, :].to(gl.int64) * stride_on
+                            gl.store(ptrs, res, mask=mask)
             t += gl.num_programs(0)
     if go & (sent_t >= 0):  # a program without tiles of its own rows (none, while every group has as many)
         go = proto.signal(ctx, flags + sent_t * FLAGS, epoch, sent_o, SCOPE)

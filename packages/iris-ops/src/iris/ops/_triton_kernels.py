@@ -174,29 +174,28 @@ def all_gather_matmul_kernel(
     proto.finish(ctx, tr, sync, epoch, go, FLAGS, SCOPE)
 
 
-@triton.jit
-def _reduce_tile(partials, own, me, rl, rn, rows, N, OP: tl.constexpr, W: tl.constexpr, BLOCK_M: tl.constexpr,
-                 BLOCK_N: tl.constexpr):  # fmt: skip
-    """``OP`` over ranks 0, 1, ..., W-1 (in that order) of their partials of one tile (fp32): rank
-    ``me``'s is ``own`` (this program's registers), every other rank's is read from ``partials``.
+#: Rows of a tile the owner reduces at a time: a whole 128 x 256 tile's W fp32 operands would not fit
+#: the registers that its product left (they spilled, costing more than the reduction itself).
+_REDUCE_ROWS = tl.constexpr(32)
 
-    Unrolled over the ``W`` ranks, so all W-1 loads are in flight at once (a loop over a runtime
-    world size issues them one after another: W memory latencies per tile). Cached at L2 only
-    (".cg", not in L1, which another launch may have filled from these addresses): after
+
+@triton.jit
+def _reduce_rows(partials, rl, rn, rows, N, OP: tl.constexpr, W: tl.constexpr):
+    """``OP`` over ranks 0, 1, ..., W-1 (in that order) of their partials of rows ``rl`` (within
+    the group), columns ``rn``, in fp32.
+
+    Unrolled over the ``W`` ranks, so all W loads are in flight at once (a loop over a runtime
+    world size issues them one after another: W memory latencies). Cached at L2 only (".cg",
+    not in L1, which another launch may have filled from these addresses): after
     ``wait_flags``' acquire, L2 holds what the peers stored. (Volatile loads measured 4% slower
     for the whole operation, BENCHMARKS.md.)"""
     ptrs = partials + rl[:, None].to(tl.int64) * N + rn[None, :]
     mask = (rl[:, None] < rows) & (rn[None, :] < N)
     size = tl.cast(rows, tl.int64) * N  # cast, not .to: a launch makes rows == 1 a constexpr
-    me = rl[:, None] * 0 + rn[None, :] * 0 + me  # the tile's shape (the interpreter masks by whole arrays)
-    acc = own
-    for r in tl.static_range(W):
-        v = tl.load(ptrs + r * size, mask=mask & (me != r), other=0.0, cache_modifier=".cg").to(tl.float32)
-        v = tl.where(me == r, own, v)
-        if r == 0:
-            acc = v
-        else:
-            acc = proto.combine(acc, v, OP, True)
+    acc = tl.load(ptrs, mask=mask, other=0.0, cache_modifier=".cg").to(tl.float32)
+    for r in tl.static_range(1, W):
+        v = tl.load(ptrs + r * size, mask=mask, other=0.0, cache_modifier=".cg").to(tl.float32)
+        acc = proto.combine(acc, v, OP, True)
     if OP == _AVG:
         acc = tl.div_rn(acc, tl.full((), W, tl.float32))  # IEEE-rounded, as torch divides
     return acc
@@ -220,9 +219,11 @@ def matmul_reduce_kernel(
     its partial of a tile of group o into rank o's ``partials[s]`` and raises its lane of the
     tile's row there. ``W``: the world size (the reduction unrolls over it).
 
-    A tile's flag is raised one tile late: after the product of the program's next tile, whose
-    computation its stores had to drain under (a release right after them would wait for them:
-    ``signal``). The owner keeps its own partial in registers and raises its own lane locally."""
+    A tile's flag is raised one tile late: after the product of the program's next tile, under
+    which its stores drained (a release right after them would wait for them: ``signal``). The
+    owner stores its own partial like the others (its lane raised locally: only its own threads
+    read it, after the barrier that ends ``wait_flags``) and reduces the tile _REDUCE_ROWS rows at
+    a time."""
     ctx, tr, epoch, go = proto.begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, FLAGS, SCOPE, TRACE)
     tiles_m = tl.cdiv(rows, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
@@ -238,7 +239,6 @@ def matmul_reduce_kernel(
             rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
             rm = o * rows + rl
             row_ok = (rl < rows) & (rm < M)
-            mask = row_ok[:, None] & (rn[None, :] < N)
             h = tr.record_start(_TILE, o, _tile_bytes(partials, BLOCK_M, BLOCK_N))
             acc = _product(a, b, rm, row_ok, rn, N, K, stride_am, stride_ak, stride_bk, stride_bn, a, 0, 0, False,
                            BLOCK_K, PRECISION, BLOCK_M, BLOCK_N)  # fmt: skip
@@ -248,11 +248,12 @@ def matmul_reduce_kernel(
             if sent_t >= 0:
                 go = proto.signal(ctx, flags + sent_t * FLAGS, epoch, sent_o, SCOPE)
                 sent_t = -1
-            if go & (j < ctx.world_size):
+            if go:
                 mine = partials + ctx.rank * size + rl[:, None].to(tl.int64) * N + rn[None, :]
-                ctx.store(mine, part, o, mask=mask)
-                sent_t = t
-                sent_o = o
+                ctx.store(mine, part, o, mask=row_ok[:, None] & (rn[None, :] < N))
+                if j < ctx.world_size:
+                    sent_t = t
+                    sent_o = o
             tr.record_end(h)
             if go & (j == ctx.world_size):  # a tile of this rank's rows: every rank's partial, reduced
                 tl.atomic_xchg(flags + t * FLAGS + ctx.rank, epoch, sem="relaxed", scope=SCOPE)
@@ -260,19 +261,22 @@ def matmul_reduce_kernel(
                 go = proto.wait_flags(ctx, flags + t * FLAGS, sync, epoch, FLAGS, SCOPE)
                 tr.record_end(h)
                 if go:
-                    res = _reduce_tile(partials, part.to(tl.float32), ctx.rank, rl, rn, rows, N, OP, W, BLOCK_M,
-                                       BLOCK_N)  # fmt: skip
-                    res = proto.cast_out(res, out.dtype.element_ty)
-                    if ALL_REDUCE:
-                        ptrs = out + rm[:, None].to(tl.int64) * stride_om + rn[None, :].to(tl.int64) * stride_on
-                        for i in range(1, ctx.world_size + 1):  # the next rank first, this rank's own last
-                            to = (ctx.rank + i) % ctx.world_size
-                            h = tr.record_start(_REMOTE_STORE, to, _tile_bytes(out, BLOCK_M, BLOCK_N))
-                            ctx.store(ptrs, res, to, mask=mask)
-                            tr.record_end(h)
-                    else:
-                        ptrs = out + rl[:, None].to(tl.int64) * stride_om + rn[None, :].to(tl.int64) * stride_on
-                        tl.store(ptrs, res, mask=mask)
+                    CHUNK: tl.constexpr = min(_REDUCE_ROWS, BLOCK_M)
+                    for c in tl.static_range(BLOCK_M // CHUNK):
+                        rc = pid_m * BLOCK_M + c * CHUNK + tl.arange(0, CHUNK)  # rows within the group
+                        res = proto.cast_out(_reduce_rows(partials, rc, rn, rows, N, OP, W), out.dtype.element_ty)
+                        mask = ((rc < rows) & (o * rows + rc < M))[:, None] & (rn[None, :] < N)
+                        if ALL_REDUCE:
+                            ptrs = (out + (o * rows + rc)[:, None].to(tl.int64) * stride_om
+                                    + rn[None, :].to(tl.int64) * stride_on)  # fmt: skip
+                            for i in range(1, ctx.world_size + 1):  # the next rank first, this rank's own last
+                                to = (ctx.rank + i) % ctx.world_size
+                                h = tr.record_start(_REMOTE_STORE, to, _tile_bytes(out, CHUNK, BLOCK_N))
+                                ctx.store(ptrs, res, to, mask=mask)
+                                tr.record_end(h)
+                        else:
+                            ptrs = out + rc[:, None].to(tl.int64) * stride_om + rn[None, :].to(tl.int64) * stride_on
+                            tl.store(ptrs, res, mask=mask)
             t += tl.num_programs(0)
     if go & (sent_t >= 0):  # a program without tiles of its own rows (none, while every group has as many)
         go = proto.signal(ctx, flags + sent_t * FLAGS, epoch, sent_o, SCOPE)

@@ -217,16 +217,19 @@ def _bytes_to(counts, name):
 
 
 @pytest.mark.parametrize("example", ["gemm-all-scatter", "gemm-all-scatter-gluon"])
-def test_gemm_all_scatter_traces_its_tiles_stores_and_the_collectives(tmp_path, example):
-    """The fused kernel's tiles and stores, and the iris.ccl barriers and all_gather (Config(trace=True))."""
+def test_gemm_all_scatter_traces_the_operation_and_the_baseline_collective(tmp_path, example):
+    """iris.ops.matmul_all_gather's entry and exit waits, its tile and its stores to every rank, and
+    the baseline's iris.ccl.all_gather (Config(trace=True) for both)."""
     m, n, ranks = 32, 32, 2
-    per_rank = _traced(tmp_path, example, "--sizes", f"{m}x{n}x16", "--iters", "0", ranks=ranks)
-    block = m * (n // ranks) * 2  # the M x N/W bfloat16 (the default) block each rank computes and scatters
-    for counts in per_rank:
-        names = {name for name, *_ in counts}
-        assert {"tile", "remote store", "entry wait", "exit wait"} <= names, names
-        # every rank receives this rank's block from the fused kernel, and again from the
-        # baseline's all_gather (which pushes into a heap output)
+    tile = ["--block-m", str(m), "--block-n", str(n // ranks)]  # each rank's block is one tile, on any device
+    per_rank = _traced(tmp_path, example, "--sizes", f"{m}x{n}x16", *tile, "--iters", "0", ranks=ranks)
+    block = m * (n // ranks) * 2  # the M x N/W bfloat16 (the default) block each rank computes
+    for rank, counts in enumerate(per_rank):
+        # nothing but the two calls' own phases: no barrier around the operation
+        assert {name for name, *_ in counts} == {"entry wait", "tile", "remote store", "exit wait"}, counts
+        assert counts[("tile", 0, rank, block)] >= 1, counts  # the operation's one tile
+        # every rank receives this rank's block from the operation, and again from the baseline's
+        # all_gather (which pushes into a heap output)
         assert _bytes_to(counts, "remote store") == dict.fromkeys(range(ranks), 2 * block)
 
 

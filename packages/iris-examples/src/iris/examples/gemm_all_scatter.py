@@ -1,30 +1,32 @@
-"""gemm-all-scatter: C = A @ B complete on every rank, from one fused GEMM kernel per rank.
+"""gemm-all-scatter: C = A @ B complete on every rank, from one fused operation per rank.
 
 The problem (tensor parallelism by columns): A (M x K) is the same on every rank; B (K x W*N) is
 split by columns, rank r owning ``B_r = B[:, r*N : (r+1)*N]``. Every rank must end with all of
 ``C = A @ B`` (M x W*N).
 
-- **Fused** (this example's kernel, ``iris.examples._gemm_triton`` / ``_gemm_gluon``): a
-  persistent GEMM on each rank computes the tiles of its column block ``A @ B_r`` and stores each
-  finished tile straight into **every** rank's copy of C (a symmetric-heap tensor) through
-  translated pointers, so communication overlaps the remaining tiles' math and no rank ever reads
-  a peer. The call is ``ccl.barrier(); kernel; ccl.barrier()``: the entry barrier (in stream
-  order) keeps any rank from writing into a peer's C before the peer is done with what it had
-  there (its reads of the previous result), the exit barrier makes C complete on every rank
-  before anyone reads it.
-- **Unfused** baseline: ``torch.matmul(A, B_r)`` into a heap tensor, then
-  ``iris.ccl.all_gather`` (with error checks off in the timed loop, one check after, as
-  ``ccl-bench`` times it), and where every rank has its own GPU also NCCL's
-  ``torch.distributed.all_gather_into_tensor``.
+This example is a thin driver over ``iris.ops.matmul_all_gather``:
+
+- **Fused** (``iris.ops.matmul_all_gather(a, b_r, out=c)``): a persistent GEMM on each rank
+  computes the tiles of its column block ``A @ B_r`` and stores each finished tile into **every**
+  rank's C (a symmetric-heap tensor) while the next tile is computed, so communication overlaps
+  the remaining tiles' math and no rank ever reads a peer. The operation synchronizes itself (the
+  collectives' protocol: every rank waits for every rank at the kernel's entry, so no rank writes
+  into a peer's C before the peer reached the call, and at its exit, so C is complete on every
+  rank when the call is done in stream order); the example adds no barrier around it.
+- **Unfused** baseline: ``torch.matmul(A, B_r)`` into a heap tensor, then ``iris.ccl.all_gather``
+  (asynchronous, no host sync in the timed loop, as ``ccl-bench`` times it), and where every rank
+  has its own GPU also NCCL's ``torch.distributed.all_gather_into_tensor``.
+- **GEMM only**: ``iris.ops.local_matmul``, the fused operation's GEMM core with communication
+  off (what the fused call would cost if its stores were free).
 
 Layout of C (``--layout``), chosen so that both paths produce the same bytes:
 
 - ``blocks`` (default): C is stored as W blocks, ``C_blocks[r] = A @ B_r`` (shape W x M x N), which
-  is exactly what an all-gather of the per-rank products produces (it concatenates along dim 0).
-  The baseline then does nothing more, and the comparison is GEMM + all-gather against the fused
-  kernel with no extra work on either side. The M x W*N matrix is the view
-  ``C_blocks.permute(1, 0, 2).reshape(M, W*N)``.
-- ``matrix``: C is stored as the row-major M x W*N matrix. The fused kernel writes it directly
+  is exactly what an all-gather of the per-rank products produces (it concatenates along dim 0;
+  the operation's stacked ``out``). The baseline then does nothing more, and the comparison is
+  GEMM + all-gather against the fused operation with no extra work on either side. The M x W*N
+  matrix is the view ``C_blocks.permute(1, 0, 2).reshape(M, W*N)``.
+- ``matrix``: C is stored as the row-major M x W*N matrix. The fused operation writes it directly
   (only the addresses differ); the baseline needs a permuting copy after the all-gather, timed as
   its own column ("permute") and included in its total.
 
@@ -32,33 +34,32 @@ The world size must divide the columns of B (a clear usage error otherwise). M, 
 not be multiples of the tiles (edges are masked).
 
 Validation, on every rank: the inputs are generated identically on every rank from ``--seed``
-(torch generators), and C (both paths' results) must equal ``A.float() @ B.float()`` within a
-tolerance for the dtype (fp32 accumulation; fp32 inputs may use TF32 tensor cores, as Triton's
-``tl.dot`` does by default). A mismatch names the rank, the path, the element, the rank that wrote
+(torch generators), and C (every path's result) must equal ``A.float() @ B.float()`` within a
+tolerance for the dtype (fp32 accumulation; fp32 products on TF32 tensor cores where torch's own
+matmul would use them). A mismatch names the rank, the path, the element, the rank that wrote
 it and its tile, and the run exits 1.
 
-Products per target: the Triton kernel uses ``tl.dot`` (wgmma on sm_90, MFMA on gfx942, chosen by
-Triton). The Gluon kernel uses ``gl.nvidia.ampere.mma_v2`` (tensor cores, register operands) on
-NVIDIA sm_80+ and ``gl.dot_fma`` elsewhere (AMD: FMA units, a portable fallback, far slower).
-On CPU ranks both run under Triton's interpreter (Gluon through ``iris.mem.gluon.interpret``).
+Products and tiles are the operation's (``iris.ops.Config``; the tile options below override its
+defaults): Triton's ``tl.dot``, Gluon's tensor-core or FMA product as the target allows. On CPU
+ranks both backends run under Triton's interpreter.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
 import math
 import re
-from dataclasses import dataclass
 
 import torch
 
 import iris.ccl as ccl
 import iris.heap
+import iris.ops as ops
+import iris.ops.config
 
 from . import environment, tables, timing, validation
-from . import trace as trace_option  # --trace (the kernel's own argument is named trace)
+from . import trace as trace_option  # --trace (ops_config takes a keyword named trace)
 from .options import positive_int
 
 __all__ = [
@@ -66,13 +67,12 @@ __all__ = [
     "DTYPES",
     "LAYOUTS",
     "SUMMARY",
-    "Tiles",
     "add_arguments",
     "as_matrix",
     "check_arguments",
-    "default_tiles",
     "find_mismatch",
     "gemm_all_scatter",
+    "ops_config",
     "parse_shape",
     "rank_main",
     "report",
@@ -82,10 +82,9 @@ __all__ = [
 SUMMARY = (
     "persistent GEMM whose tiles are stored straight into every rank's C (fused all-scatter) vs matmul + all_gather"
 )
-BACKENDS = ("triton", "gluon")
+BACKENDS = ops.BACKENDS
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 LAYOUTS = ("blocks", "matrix")
-GLUON_DOTS = ("auto", "mma_v2", "fma")
 
 #: GPU sweep: M = N = 8192 with K from communication-heavy (256) to compute-heavy (8192), and a
 #: bigger and a smaller output at small K.
@@ -94,6 +93,9 @@ GPU_SIZES = ["8192x8192x256", "8192x8192x512", "8192x8192x1024", "8192x8192x2048
 #: CPU ranks (Triton's interpreter): tiny, with edges that are not multiples of the tiles; the
 #: column counts divide by 1, 2, 3, 4 and 6 ranks.
 CPU_SIZES = ["64x96x32", "40x48x24"]
+#: Command-line tile options -> the ``iris.ops.Config`` fields they set.
+_CONFIG_OPTIONS = {"block_m": "block_m", "block_n": "block_n", "block_k": "block_k", "group_m": "group_m",
+                   "num_warps": "num_warps", "num_stages": "num_stages", "programs": "num_programs"}  # fmt: skip
 
 _SHAPE = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*[xX]\s*(\d+)\s*$")
 
@@ -119,126 +121,55 @@ def _label(shape) -> str:
     return "x".join(str(v) for v in shape)
 
 
-@dataclass(frozen=True)
-class Tiles:
-    """Launch shape of the fused kernel: tile sizes (powers of two), tile-row grouping, warps,
-    software-pipeline stages (Triton only) and programs (None: one per multiprocessor, shared
-    among the ranks on the GPU; 2 on CPU ranks)."""
-
-    block_m: int
-    block_n: int
-    block_k: int
-    group_m: int = 8
-    num_warps: int = 8
-    num_stages: int = 3
-    programs: int | None = None
-
-    def __post_init__(self):
-        for name in ("block_m", "block_n", "block_k"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 16 or v & (v - 1):
-                raise ValueError(f"{name} must be a power of two >= 16 (tl.dot and gl.arange need one), got {v!r}")
-        if self.num_warps & (self.num_warps - 1) or self.num_warps < 1:
-            raise ValueError(f"num_warps must be a positive power of two, got {self.num_warps!r}")
-        for name in ("group_m", "num_stages"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)!r}")
-        if self.programs is not None and self.programs < 1:
-            raise ValueError(f"programs must be at least 1, got {self.programs!r}")
-
-
-def default_tiles(backend: str, dtype: torch.dtype, *, gpu: bool, mma: bool = True) -> Tiles:
-    """The tiles the example uses unless told otherwise.
-
-    GPU (chosen for sm_90): Triton 128x256x64, 8 warps, 3 stages for 16-bit inputs (144 KiB of
-    shared memory for the pipeline), 128x128x32 for fp32; Gluon 128x128x32, 8 warps on tensor
-    cores, 64x64x32 with 4 warps on FMA units. CPU ranks: 32x16x16 (few, cheap programs).
-    """
-    if not gpu:
-        return Tiles(32, 16, 16, group_m=2, num_warps=4, num_stages=1)
-    if backend == "gluon":
-        return Tiles(128, 128, 32, num_warps=8, num_stages=1) if mma else Tiles(64, 64, 32, num_warps=4, num_stages=1)
-    if dtype == torch.float32:
-        return Tiles(128, 128, 32, num_warps=8, num_stages=3)
-    return Tiles(128, 256, 64, num_warps=8, num_stages=3)
-
-
 def tolerance(dtype: torch.dtype) -> tuple[float, float]:
     """(rtol, atol) for C against ``A.float() @ B.float()`` when C's entries are about N(0, 1).
 
-    bf16/fp16: two units in the last place of the output (Triton's interpreter truncates to bf16
-    where GPUs round to nearest); fp32: TF32 inputs on tensor cores (10-bit mantissas) over any K.
+    bf16/fp16: two units in the last place of the output (fp32 sums in another order than
+    torch's, then one rounding); fp32: TF32 inputs on tensor cores (10-bit mantissas) over any K.
     """
     return {torch.bfloat16: (2**-6, 2**-6), torch.float16: (2**-9, 2**-9), torch.float32: (1e-2, 1e-2)}[dtype]
 
 
-def _kernels(backend: str):
-    if backend == "gluon":
-        from . import _gemm_gluon as kernels
-    else:
-        from . import _gemm_triton as kernels
-    return kernels
+def ops_config(args: argparse.Namespace, *, trace: bool = False) -> ops.Config:
+    """The ``iris.ops.Config`` of the command line: the backend, the tile options given (the rest
+    None: the operation's defaults for the device and dtype) and ``trace``. ValueError names a
+    bad option."""
+    chosen = {field: getattr(args, option) for option, field in _CONFIG_OPTIONS.items()}
+    return ops.Config(backend=args.backend, trace=trace, **{k: v for k, v in chosen.items() if v is not None})
 
 
-@functools.cache
-def _target(device: torch.device):
-    """The compile target of ``device``'s kernels (None on CPU ranks)."""
-    if device.type != "cuda":
-        return None
-    import triton
-
-    return triton.runtime.driver.active.get_current_target()
+def _resolved(config: ops.Config, dtype: torch.dtype, heap) -> ops.Config:
+    """``config`` with the tiles, warps and stages the operation picks for ``dtype`` on ``heap``'s
+    device (the report and mismatches name the tiles that ran; programs stay as given)."""
+    return iris.ops.config.resolve(config, dtype, heap)
 
 
-@functools.cache
-def _launch_options(backend: str, tiles: Tiles, dtype: torch.dtype, target, gluon_dot: str) -> dict:
-    """The backend's extra constexprs and launch options (cached: the fused step's host time is
-    on its critical path, between two synchronising barriers)."""
-    extra = {"mma_v2": None if gluon_dot == "auto" else gluon_dot == "mma_v2"} if backend == "gluon" else {}
-    return _kernels(backend).launch_options(tiles, dtype, target, **extra)
+def gemm_all_scatter(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, heap, config: ops.Config | None = None,
+                     layout: str = "blocks") -> torch.Tensor:  # fmt: skip
+    """This rank's block ``a @ b`` into every rank's ``c``: ``iris.ops.matmul_all_gather(a, b, out=c)``.
 
-
-def gemm_all_scatter(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, heap, tiles: Tiles, backend: str = "triton",
-                     layout: str = "blocks", scatter: bool = True, gluon_dot: str = "auto",
-                     programs: int = 1, trace: bool = False) -> torch.Tensor:  # fmt: skip
-    """Launch the fused kernel once: this rank's block ``a @ b`` into every rank's ``c`` (no barriers).
-
-    ``a``: M x K, ``b``: this rank's K x N columns, on the heap's device (any strides); ``c``: a
-    heap tensor, ``(W, M, N)`` for ``layout="blocks"`` or ``(M, W*N)`` for ``"matrix"``, rows
-    contiguous. ``scatter=False`` stores only this rank's copy. ``gluon_dot`` picks the Gluon
-    product (``auto``: tensor cores on NVIDIA, FMA elsewhere). ``trace``: record each tile's product
-    and each of its stores into ``heap.tracing``'s buffer. The caller synchronises: a barrier
-    before (peers' C free) and after (C complete), as :func:`rank_main` does.
+    ``a``: M x K, ``b``: this rank's K x N columns, on the heap's device; ``c``: a contiguous heap
+    tensor (``heap.empty(...)``, so every rank's tiles land in it in place), ``(W, M, N)`` for
+    ``layout="blocks"`` (``c[r]`` is rank r's block) or ``(M, W*N)`` for ``"matrix"``. The
+    operation synchronizes with the peers itself and is asynchronous: ``c`` is complete on every
+    rank in stream order. Argument errors are raised before anything is launched.
     """
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown layout {layout!r}; choose one of {LAYOUTS}")
     w = heap.world_size
-    (m, k), n = a.shape, b.shape[1]
-    if b.shape[0] != k:
-        raise ValueError(f"a is {tuple(a.shape)} and b is {tuple(b.shape)}: b must have a's {k} columns as rows")
+    m, n = a.shape[0], b.shape[-1]
     want = (w, m, n) if layout == "blocks" else (m, w * n)
-    if tuple(c.shape) != want or c.stride(-1) != 1:
+    if tuple(c.shape) != want:
         raise ValueError(
-            f"c must be a rows-contiguous {want} tensor for layout {layout!r}, got {tuple(c.shape)} with strides {c.stride()}"
+            f"c must have shape {want} for layout {layout!r} ({w} ranks, a {tuple(a.shape)}, b {tuple(b.shape)}), "
+            f"got {tuple(c.shape)}"
         )
-    if not heap.is_symmetric(c):
-        raise ValueError("c must live on the symmetric heap (heap.empty(...)): peers store into it")
-    if not (a.device == b.device == c.device == heap.device):
+    if not (heap.is_symmetric(c) and c.is_contiguous()):
         raise ValueError(
-            f"a, b and c must be on the heap's device {heap.device}, got {a.device}, {b.device} and {c.device}"
+            "c must be a contiguous tensor on the symmetric heap (heap.empty(...)), so that peers store into it "
+            "in place; got " + ("a non-contiguous heap tensor" if heap.is_symmetric(c) else "a tensor off the heap")
         )
-    if not (a.dtype == b.dtype == c.dtype):
-        raise TypeError(f"a, b and c must have one dtype, got {a.dtype}, {b.dtype} and {c.dtype}")
-    if layout == "blocks":
-        stride_cm, rank_stride = c.stride(1), c.stride(0)
-    else:
-        stride_cm, rank_stride = c.stride(0), n
-    options = _launch_options(backend, tiles, c.dtype, _target(c.device), gluon_dot)
-    _kernels(backend).gemm_all_scatter_kernel[(programs,)](
-        a, b, c, heap.context, m, n, k,
-        a.stride(0), a.stride(1), b.stride(0), b.stride(1), stride_cm, rank_stride,
-        BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k, GROUP_M=tiles.group_m,
-        SCATTER=scatter, TRACE=trace, **options,
-    )  # fmt: skip
-    return c
+    return ops.matmul_all_gather(a, b, out=c, heap=heap, config=config)
 
 
 # -- command line ---------------------------------------------------------------------------------
@@ -260,47 +191,18 @@ def add_arguments(parser: argparse.ArgumentParser, *, gpu: bool) -> None:
     g.add_argument("--warmup", type=int, default=3 if gpu else 1, help="untimed calls before each measurement")
     g.add_argument("--seed", type=int, default=0, help="seed of the inputs (the same on every rank)")
     t = parser.add_argument_group(
-        "gemm-all-scatter kernel",
-        "Products: --backend triton uses tl.dot (Triton picks wgmma on sm_90, MFMA on gfx942); gluon uses "
-        "gl.nvidia.ampere.mma_v2 tensor cores on NVIDIA sm_80+ and gl.dot_fma elsewhere (AMD). On CPU ranks both "
-        "run under Triton's interpreter. Tile defaults depend on backend and dtype (below).",
+        "gemm-all-scatter tiles (iris.ops.Config)",
+        "Left out, each takes iris.ops.Config's default for the device, dtype and backend; the table's title names "
+        "the tiles that ran.",
     )
-    t.add_argument("--block-m", type=positive_int, default=None, help="tile rows (Triton GPU: 128)")
-    t.add_argument(
-        "--block-n",
-        type=positive_int,
-        default=None,
-        help="tile columns (Triton GPU: 256 for 16-bit, 128 fp32; Gluon: 128)",
-    )
-    t.add_argument(
-        "--block-k", type=positive_int, default=None, help="K step (Triton GPU: 64 for 16-bit, 32 fp32; Gluon: 32)"
-    )
-    t.add_argument("--group-m", type=positive_int, default=None, help="tile rows swept together, for L2 reuse (8)")
-    t.add_argument("--num-warps", type=positive_int, default=None, help="warps per program (GPU: 8)")
-    t.add_argument("--num-stages", type=positive_int, default=None, help="Triton software-pipeline stages (GPU: 3)")
+    t.add_argument("--block-m", type=positive_int, default=None, help="tile rows (a power of two >= 16)")
+    t.add_argument("--block-n", type=positive_int, default=None, help="tile columns (a power of two >= 16)")
+    t.add_argument("--block-k", type=positive_int, default=None, help="K step (a power of two >= 16)")
+    t.add_argument("--group-m", type=positive_int, default=None, help="tile rows swept together, for L2 reuse")
+    t.add_argument("--num-warps", type=positive_int, default=None, help="warps per program")
+    t.add_argument("--num-stages", type=positive_int, default=None, help="Triton software-pipeline stages")
     t.add_argument("--programs", type=positive_int, default=None,
                    help="programs of the persistent kernel (default: multiprocessors / ranks on the GPU; CPU: 2)")  # fmt: skip
-    t.add_argument("--gluon-dot", choices=GLUON_DOTS, default="auto",
-                   help="Gluon product: auto = mma_v2 tensor cores on NVIDIA sm_80+, dot_fma elsewhere (AMD); "
-                        "or force one")  # fmt: skip
-
-
-def _uses_mma_v2(args, target) -> bool:
-    if args.gluon_dot != "auto":
-        return args.gluon_dot == "mma_v2"
-    from . import _gemm_gluon
-
-    return _gemm_gluon.uses_mma_v2(target)
-
-
-def _tiles(args, target=None) -> Tiles:
-    dtype = DTYPES[args.dtype]
-    base = default_tiles(args.backend, dtype, gpu=args.gpu, mma=args.backend == "gluon" and _uses_mma_v2(args, target))
-    chosen = {
-        "block_m": args.block_m, "block_n": args.block_n, "block_k": args.block_k, "group_m": args.group_m,
-        "num_warps": args.num_warps, "num_stages": args.num_stages, "programs": args.programs,
-    }  # fmt: skip
-    return dataclasses.replace(base, **{k: v for k, v in chosen.items() if v is not None})
 
 
 def check_arguments(args: argparse.Namespace) -> None:
@@ -314,7 +216,7 @@ def check_arguments(args: argparse.Namespace) -> None:
         )
     if args.iters < 0 or args.warmup < 0:
         raise ValueError(f"--iters and --warmup must be >= 0, got {args.iters} and {args.warmup}")
-    _tiles(args)  # raises ValueError naming a bad tile option
+    ops_config(args)  # raises ValueError naming a bad tile option
 
 
 # -- one rank ---------------------------------------------------------------------------------------
@@ -338,9 +240,10 @@ def as_matrix(c: torch.Tensor, layout: str) -> torch.Tensor:
     return c
 
 
-def find_mismatch(c_full, ref, *, rank, what, tiles, cols):
+def find_mismatch(c_full, ref, *, rank, what, tile, cols):
     """The first mismatch of C against torch (None if none), naming the element, the rank that
-    wrote it and its tile. Compared on C's device (C and its reference can be GiBs)."""
+    wrote it and its ``tile`` (block_m, block_n). Compared on C's device (C and its reference can
+    be GiBs)."""
     rtol, atol = tolerance(c_full.dtype)
     got = c_full.float()
     bad = ~torch.isclose(got, ref, rtol=rtol, atol=atol)
@@ -349,20 +252,10 @@ def find_mismatch(c_full, ref, *, rank, what, tiles, cols):
         return None
     i, j = (int(v) for v in bad.nonzero()[0])
     owner, col = divmod(j, cols)
-    where = (f"{what}; element ({i}, {j}) comes from rank {owner}'s tile ({i // tiles.block_m}, "
-             f"{col // tiles.block_n}) of {tiles.block_m}x{tiles.block_n} (rtol {rtol:g}, atol {atol:g})")  # fmt: skip
+    bm, bn = tile
+    where = (f"{what}; element ({i}, {j}) comes from rank {owner}'s tile ({i // bm}, {col // bn}) of {bm}x{bn} "
+             f"(rtol {rtol:g}, atol {atol:g})")  # fmt: skip
     return validation.Mismatch(rank, where, (i, j), ref[i, j].item(), got[i, j].item(), count, got.numel())
-
-
-def _programs(tiles: Tiles, shape, w, device, sharing) -> int:
-    m, n, _ = shape
-    count = -(-m // tiles.block_m) * -(-(n // w) // tiles.block_n)
-    if tiles.programs is not None:
-        return tiles.programs
-    if device.type != "cuda":
-        return min(count, 2)
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
-    return max(1, min(count, sms // sharing))
 
 
 def rank_main(args: argparse.Namespace) -> dict:
@@ -370,36 +263,36 @@ def rank_main(args: argparse.Namespace) -> dict:
 
     w, dtype = args.ranks, DTYPES[args.dtype]
     size = max(torch.empty((), dtype=dtype).element_size() * m * n * (w + 1) // w for m, n, _ in args.sizes)
-    heap = iris.heap.init(size + (8 << 20) + trace_option.heap_bytes(args))  # C, the baseline's product, ccl's flags
+    heap = iris.heap.init(size + (8 << 20) + trace_option.heap_bytes(args))  # C, the baseline's product, flags
     try:
-        # iris.ccl's workspace (its flags) is allocated on first use: make that now, at the bottom of
-        # the heap, so it does not split the free space that each size's C needs in one block.
+        # The protocol's workspace (its flags) is allocated on first use: make that now, at the bottom
+        # of the heap, so it does not split the free space that each size's C needs in one block.
         ccl.barrier(heap=heap)
         rank, dev = heap.rank, heap.device
-        tiles = _tiles(args, _target(dev))
-        sharing = heap.ranks_per_device
         nccl = None
-        if dev.type == "cuda" and w > 1 and sharing == 1:
+        if dev.type == "cuda" and w > 1 and heap.ranks_per_device == 1:
             nccl = dist.new_group(backend="nccl")
         rows, mismatches = [], []
         with (
             trace_option.session(heap, args) as tracing,
             tables.progress("gemm-all-scatter", len(args.sizes), enabled=rank == 0) as bar,
         ):
-            cfg = ccl.Config(backend=args.backend, trace=tracing.on)
+            cfg = _resolved(ops_config(args, trace=tracing.on), dtype, heap)
+            ccl_cfg = ccl.Config(backend=args.backend, trace=tracing.on)
             for shape in args.sizes:
-                row, found = _one_size(args, heap, shape, tiles, cfg, nccl, sharing)
+                row, found = _one_size(args, heap, shape, cfg, ccl_cfg, nccl)
                 rows.append(row)
                 mismatches += found
                 bar.advance()
         heap.barrier()
+        config = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("backend", "blocking", "trace")}
         return {"rank": rank, "rows": rows, "mismatches": mismatches, "gpu": dev.type == "cuda",
-                "nccl": nccl is not None, "tiles": dataclasses.asdict(tiles), "sharing": sharing}  # fmt: skip
+                "nccl": nccl is not None, "config": config, "sharing": heap.ranks_per_device}  # fmt: skip
     finally:
         heap.close()
 
 
-def _one_size(args, heap, shape, tiles, cfg, nccl, sharing):
+def _one_size(args, heap, shape, cfg, ccl_cfg, nccl):
     import torch.distributed as dist
 
     w, rank, dev, layout = heap.world_size, heap.rank, heap.device, args.layout
@@ -412,30 +305,19 @@ def _one_size(args, heap, shape, tiles, cfg, nccl, sharing):
     c = heap.empty(*((w, m, cols) if layout == "blocks" else (m, n)), dtype=dtype)
     part = heap.empty(m, cols, dtype=dtype)  # the baseline's product, on the heap: all_gather reads it in place
     gathered = c if layout == "blocks" else torch.empty(w, m, cols, dtype=dtype, device=dev)
-    programs = _programs(tiles, shape, w, dev, sharing)
-    launch = {"heap": heap, "tiles": tiles, "backend": args.backend, "layout": layout, "gluon_dot": args.gluon_dot,
-              "programs": programs, "trace": cfg.trace}  # fmt: skip
-
-    quiet = cfg  # asynchronous: no host sync inside the timed loop
 
     def fused():
-        ccl.barrier(heap=heap, config=quiet)  # no rank writes into a peer's C before the peer is done with it
-        gemm_all_scatter(a, b, c, **launch)
-        ccl.barrier(heap=heap, config=quiet)  # C is complete on every rank
+        gemm_all_scatter(a, b, c, heap=heap, config=cfg, layout=layout)
 
-    def barriers():  # the fused step's synchronisation alone
-        ccl.barrier(heap=heap, config=quiet)
-        ccl.barrier(heap=heap, config=quiet)
-
-    def local_gemm():
-        gemm_all_scatter(a, b, c, scatter=False, **launch)
+    def local_gemm():  # the fused operation's GEMM core, communication off
+        ops.local_matmul(a, b, out=part, heap=heap, config=cfg)
 
     def matmul():
         torch.matmul(a, b, out=part)
 
     def gather(group=None):
         if group is None:
-            ccl.all_gather(gathered, part, heap=heap, config=cfg)
+            ccl.all_gather(gathered, part, heap=heap, config=ccl_cfg)
         else:
             dist.all_gather_into_tensor(gathered.view(w * m, cols), part, group=group)
 
@@ -450,17 +332,20 @@ def _one_size(args, heap, shape, tiles, cfg, nccl, sharing):
 
     def check(path):
         what = f"{path} C of {_label(shape)} {args.dtype}"
-        return find_mismatch(as_matrix(c, layout), ref, rank=rank, what=what, tiles=tiles, cols=cols)
+        return find_mismatch(as_matrix(c, layout), ref, rank=rank, what=what, tile=(cfg.block_m, cfg.block_n),
+                             cols=cols)  # fmt: skip
 
-    c.fill_(float("nan"))  # an element nobody wrote is a mismatch
-    heap.barrier()
+    # An element nobody wrote is a mismatch. Each call's protocol waits for every rank at its entry
+    # (in stream order), so no peer stores into C before this rank's fill is done.
+    c.fill_(float("nan"))
     fused()
+    heap.barrier()
+    heap.check_device_errors()  # an asynchronous failure of the operation, before its result is read
     found = [check("fused")]
     c.fill_(float("nan"))
-    heap.barrier()
-    ccl.barrier(heap=heap)
     unfused()
-    heap.barrier()  # surfaces device-side timeouts of the unchecked all_gather
+    heap.barrier()
+    heap.check_device_errors()
     found.append(check("unfused"))
     if nccl is not None:
         c.fill_(float("nan"))
@@ -470,10 +355,9 @@ def _one_size(args, heap, shape, tiles, cfg, nccl, sharing):
     found = [f for f in found if f is not None]
 
     row = {"size": _label(shape), "M": m, "N": n, "K": k, "ranks": w, "dtype": args.dtype, "backend": args.backend,
-           "layout": layout, "programs": programs, "check": "ok" if not found else "MISMATCH"}  # fmt: skip
+           "layout": layout, "check": "ok" if not found else "MISMATCH"}  # fmt: skip
     if args.iters > 0:
-        timed = {"fused": fused, "barriers": barriers, "local_gemm": local_gemm, "matmul": matmul,
-                 "all_gather": gather, "unfused": unfused}  # fmt: skip
+        timed = {"fused": fused, "local_gemm": local_gemm, "matmul": matmul, "all_gather": gather, "unfused": unfused}
         if layout == "matrix":
             timed["permute"] = permute
         if nccl is not None:
@@ -484,7 +368,8 @@ def _one_size(args, heap, shape, tiles, cfg, nccl, sharing):
             row[f"{name}_ms"] = (
                 timing.time_launches(fn, reps=1, iters=args.iters, warmup=args.warmup, device=dev, queued=False) * 1e3
             )
-        heap.barrier()  # surfaces any device-side timeout from the timed loops
+        heap.barrier()
+        heap.check_device_errors()  # any device-side failure of the timed loops
     heap.free(c)
     heap.free(part)
     return row, found
@@ -517,12 +402,11 @@ def _merge(results: list) -> list[dict]:
 def _legend(layout: str, *, gpu: bool) -> str:
     parts = [
         "times: median per call, slowest rank",
-        "fused = barrier + kernel + barrier",
+        "fused = iris.ops.matmul_all_gather (synchronized by its own protocol)",
         "unfused = torch.matmul + iris.ccl.all_gather" + (" + permute" if layout == "matrix" else ""),
         "TFLOP/s = 2MNK / time (all ranks together)",
         "comm share = all_gather / (matmul + all_gather)",
-        "GEMM only = the fused kernel storing only locally",
-        "2 barriers = the fused call's two iris.ccl.barrier()s alone",
+        "GEMM only = iris.ops.local_matmul (the fused operation's GEMM, communication off)",
     ]
     if not gpu:
         parts.append("CPU ranks: interpreter times, not performance")
@@ -533,9 +417,9 @@ def report(results: list, args: argparse.Namespace) -> int:
     rows = _merge(results)
     first = results[0]
     env = environment.describe(gpu=first["gpu"])
-    tiles = first["tiles"]
+    config = first["config"]
     timed = "fused_ms" in rows[0] if rows else False
-    columns = [("size", "M x N x K", ""), ("programs", "programs", "d")]
+    columns = [("size", "M x N x K", "")]
     if timed:
         columns += [("fused_ms", "fused ms", ".3f"), ("matmul_ms", "matmul ms", ".3f"),
                     ("all_gather_ms", "all_gather ms", ".3f")]  # fmt: skip
@@ -543,15 +427,15 @@ def report(results: list, args: argparse.Namespace) -> int:
             columns.append(("permute_ms", "permute ms", ".3f"))
         columns += [("unfused_ms", "unfused ms", ".3f"), ("speedup", "speedup", ".2f"),
                     ("comm_share", "comm share", ".0%"), ("fused_tflops", "fused TFLOP/s", ".1f"),
-                    ("unfused_tflops", "unfused TFLOP/s", ".1f"), ("local_gemm_ms", "GEMM only ms", ".3f"),
-                    ("barriers_ms", "2 barriers ms", ".3f")]  # fmt: skip
+                    ("unfused_tflops", "unfused TFLOP/s", ".1f"), ("local_gemm_ms", "GEMM only ms", ".3f")]  # fmt: skip
         if first["nccl"]:
             columns += [("nccl_unfused_ms", "matmul+NCCL ms", ".3f"), ("speedup_vs_nccl", "vs NCCL", ".2f")]
     columns.append(("check", "vs torch", ""))
-    how = {"triton": "tl.dot", "gluon": "mma_v2 / dot_fma"}[args.backend]
-    title = (f"gemm-all-scatter, {args.ranks} ranks, {args.backend} ({how}), {args.dtype}, C as {args.layout}, "
-             f"tiles {tiles['block_m']}x{tiles['block_n']}x{tiles['block_k']}, {tiles['num_warps']} warps"
-             + (f", num_stages {tiles['num_stages']}" if args.backend == "triton" else ""))  # fmt: skip
+    programs = config["num_programs"]
+    title = (f"gemm-all-scatter, {args.ranks} ranks, {args.backend} (iris.ops), {args.dtype}, C as {args.layout}, "
+             f"tiles {config['block_m']}x{config['block_n']}x{config['block_k']}, {config['num_warps']} warps"
+             + (f", num_stages {config['num_stages']}" if args.backend == "triton" else "")
+             + (f", {programs} programs" if programs is not None else ""))  # fmt: skip
     notes = [environment.summary(env)]
     if timed:
         notes.insert(0, _legend(args.layout, gpu=first["gpu"]))
@@ -560,8 +444,7 @@ def report(results: list, args: argparse.Namespace) -> int:
     tables.print_table(title, rows, columns, caption="\n".join(notes))
     bad = validation.print_mismatches(m for r in results for m in r["mismatches"])
     if args.csv:
-        shape = {k: v for k, v in tiles.items() if k != "programs"}  # rows carry the programs they ran
-        tables.write_csv(args.csv, [dict(r, device=env["device"], mps=env["mps"], **shape) for r in rows])
+        tables.write_csv(args.csv, [dict(r, device=env["device"], mps=env["mps"], **config) for r in rows])
         print(f"wrote {args.csv}")
     if args.plot and timed:
         paths = [("fused", "fused_ms"), ("matmul + all_gather", "unfused_ms"), ("matmul + NCCL", "nccl_unfused_ms")]

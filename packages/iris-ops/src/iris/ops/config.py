@@ -106,13 +106,19 @@ def _defaults(backend: str, dtype: torch.dtype, gpu: bool, mma: bool) -> dict:
     return dict(block_m=128, block_n=256, block_k=64, group_m=8, num_warps=8, num_stages=3)
 
 
-def resolve(config: Config | None, dtype: torch.dtype, heap, *, mma: bool = True) -> Config:
+def resolve(config: Config | None, dtype: torch.dtype, heap, *, mma: bool | None = None) -> Config:
     """``config`` with every ``None`` field but ``num_programs`` filled for ``dtype`` on ``heap``'s
-    device (``num_programs`` depends on the call's tiles: ``iris.ops.launch``)."""
+    device, as an operation fills them (``num_programs`` depends on the call's tiles). ``mma``:
+    whether the backend multiplies ``dtype`` on tensor cores there (the Gluon FMA product takes
+    smaller tiles); None asks the backend, as the operations do."""
     if config is None:
         config = DEFAULT
     elif not isinstance(config, Config):
         raise TypeError(f"config must be an iris.ops.Config, got {type(config).__name__}")
+    if mma is None:
+        from .operations import _kernels, _target  # (operations imports this module)
+
+        mma = _kernels(config.backend).uses_tensor_cores(_target(heap.device), dtype)
     base = _defaults(config.backend, dtype, heap.device.type == "cuda", mma)
     chosen = {k: v for k, v in base.items() if getattr(config, k) is None}
     return dataclasses.replace(config, **chosen) if chosen else config

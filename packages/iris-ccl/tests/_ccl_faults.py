@@ -15,13 +15,9 @@ from __future__ import annotations
 
 import importlib
 import logging
-import multiprocessing as mp
 import os
-import queue
 import random
-import socket
 import time
-import traceback
 from collections import Counter
 from dataclasses import dataclass
 
@@ -33,6 +29,7 @@ import iris.ccl as ccl
 import iris.heap
 from iris.ccl import call, protocol
 from iris.testing.guarded import GUARD, UNWRITTEN, Guarded, as_bytes  # noqa: F401 (the fault tests' memory)
+from iris.testing.processes import report, shm_entries, spawn  # noqa: F401 (the tests call F.spawn, F.shm_entries)
 
 HEAP_SIZE = 1 << 22
 BLOCK = 64
@@ -437,82 +434,7 @@ def failure_inside_kernel(rank, world_size, backend, timeout: float):
 # -- 4. a rank killed during a collective (plain processes: World reports a killed rank itself) ------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-_reports = None  # the spawned rank's queue (report())
-
-
-def report(key: str, value) -> None:
-    """From a rank started by :func:`spawn`: send ``value`` to the parent at once."""
-    _reports.put((int(os.environ["RANK"]), key, value))
-
-
-def _spawned(fn, rank, world_size, port, args, results) -> None:
-    global _reports
-    _reports = results
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
-                      LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))  # fmt: skip
-    import resource
-
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # an aborted rank writes no core file
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
-    try:
-        report("result", fn(rank, world_size, *args))
-    except BaseException as e:  # noqa: BLE001
-        report("error", f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
-    results.close()
-    results.join_thread()  # the reports are in the pipe
-    os._exit(0)  # no teardown: gloo's would wait for a peer that is dead
-
-
-def spawn(fn, world_size: int, *args, timeout: float = 120.0) -> dict:
-    """Run ``fn(rank, world_size, *args)`` in fresh processes (no World: a rank may die here).
-
-    Returns ``{"exitcodes": [...], "died_at": [monotonic time each exit was seen], "reports":
-    {rank: {key: value}}}``; processes still alive at ``timeout`` are killed (exit code None)."""
-    ctx = mp.get_context("spawn")
-    # A queue per rank: a rank killed while it writes to a shared queue would leave the queue's
-    # write lock held, and every other rank's report would then wait for it forever.
-    queues = [ctx.Queue() for _ in range(world_size)]
-    port = _free_port()
-    procs = [ctx.Process(target=_spawned, args=(fn, r, world_size, port, args, queues[r]), daemon=True)
-             for r in range(world_size)]  # fmt: skip
-    for p in procs:
-        p.start()
-    reports: dict[int, dict] = {r: {} for r in range(world_size)}
-    died_at: list[float | None] = [None] * world_size
-
-    def drain(wait: float) -> None:
-        for q in queues:
-            try:
-                while True:
-                    rank, key, value = q.get(timeout=wait)
-                    reports[rank][key] = value
-            except queue.Empty:
-                pass
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and any(t is None for t in died_at):
-        drain(0.01)
-        for r, p in enumerate(procs):
-            if died_at[r] is None and p.exitcode is not None:
-                died_at[r] = time.monotonic()
-    drain(0.2)  # what was sent before the exits
-    exitcodes = []
-    for p in procs:
-        if p.exitcode is None:
-            p.kill()
-            p.join(5)
-            exitcodes.append(None)
-        else:
-            p.join(5)
-            exitcodes.append(p.exitcode)
-    return {"exitcodes": exitcodes, "died_at": died_at, "reports": reports}
+# The harness (spawn, report, shm_entries) is iris.testing.processes', shared with iris-ops' suite.
 
 
 def killed(rank, world_size, backend, victim: int, sig: int, moment: str, timeout: float):
@@ -542,15 +464,6 @@ def killed(rank, world_size, backend, victim: int, sig: int, moment: str, timeou
     t0 = time.monotonic()
     err = raised(lambda: ccl.all_reduce(x, config=c))
     return {"error": summary(err), "elapsed": time.monotonic() - t0}
-
-
-def shm_entries() -> set[str]:
-    """What /dev/shm holds, less POSIX semaphores (``sem.*``: multiprocessing's locks, this harness's
-    and other processes', never heap memory)."""
-    try:
-        return {name for name in os.listdir("/dev/shm") if not name.startswith("sem.")}
-    except FileNotFoundError:
-        return set()
 
 
 # -- 5. the watchdog ---------------------------------------------------------------------------------

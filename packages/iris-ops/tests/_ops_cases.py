@@ -9,6 +9,8 @@ tensor, guard bytes after every tensor.
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 
 import numpy as np
@@ -347,6 +349,36 @@ def lost_tile(rank, world_size, backend, timeout: float):
         return _works_after(heap, rank, world_size, backend)
     finally:
         heap.close()
+
+
+def killed(rank, world_size, backend, victim: int, sig: int, timeout: float):
+    """Rank ``victim`` dies by ``sig`` in the middle of ``matmul_reduce_scatter``: rank 0 sends the
+    signal (a timer thread) a third of a whole call's time after every rank started the call,
+    while the ranks compute and hand over tiles. Each survivor reports what the call raised, how
+    long it took and how long a whole call took (spawned by ``iris.testing.processes.spawn``: a
+    rank may die)."""
+    heap = iris.heap.init(HEAP_SIZE)
+    heap.wait_timeout = QUIET
+    w, cfg = world_size, config(backend, blocking=True)
+    a = sample((192 * w, 48), torch.float32, 5, rank).to(heap.device)  # 36 tiles a group: seconds interpreted
+    b = sample((48, 192), torch.float32, 6, rank).to(heap.device)
+    t0 = time.monotonic()
+    ops.matmul_reduce_scatter(a, b, config=cfg)  # every rank works before the kill
+    took = time.monotonic() - t0
+    pids = [None] * w
+    dist.all_gather_object(pids, os.getpid())
+    heap.wait_timeout = timeout
+    dist.barrier()
+    if rank == 0:  # a third into the call, however fast this machine interprets it
+        threading.Timer(took / 3, os.kill, (pids[victim], sig)).start()
+    t0 = time.monotonic()
+    e = raised(lambda: ops.matmul_reduce_scatter(a, b, config=cfg))
+    if rank == victim:
+        time.sleep(60)  # the signal ends this process before
+        return "survived the signal"
+    return {"type": type(e).__name__ if e is not None else None, "message": str(e),
+            "missing_rank": getattr(e, "missing_rank", None), "abandoned_by": getattr(e, "abandoned_by", None),
+            "elapsed": time.monotonic() - t0, "call": took}  # fmt: skip
 
 
 def _value(x) -> int:

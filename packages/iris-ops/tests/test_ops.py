@@ -4,10 +4,14 @@ Each test runs one body of ``_ops_cases`` on every rank of a spawned world; the 
 several calls each, so that a world's start (seconds on CPU ranks) serves many checks.
 """
 
+import signal
+
 import _ops_cases
 import pytest
 import torch
 from conftest import WORLD_SIZES
+
+from iris.testing import processes
 
 #: A bound that a rank's missing call must reach (seconds of the device clock).
 TIMEOUT = 1.0
@@ -51,6 +55,28 @@ def test_a_rank_that_never_arrives_times_out_the_others(world, backend, world_si
 @pytest.mark.cpu_ranks
 def test_a_rank_that_never_hands_over_its_tiles_stops_every_rank(world, backend):
     assert world.run(_ops_cases.lost_tile, 2, backend, TIMEOUT) == [True, True]
+
+
+@pytest.mark.cpu_ranks  # a GPU kernel outlives its killed process for a while: the moment cannot be arranged
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_a_rank_killed_inside_an_operation_makes_the_survivors_raise_and_leaves_nothing(backend, sig):
+    """Rank 1 of 2 dies while both compute and hand over tiles: the survivor raises within the bound
+    a timeout naming it (it waited for rank 1's partial tiles, or at the exit), or the give-up of a
+    rank that made the call, and nothing is left in /dev/shm."""
+    victim = 1
+    before = processes.shm_entries()
+    outcome = processes.spawn(_ops_cases.killed, 2, backend, victim, int(sig), TIMEOUT)
+    left = processes.shm_entries() - before
+    assert outcome["exitcodes"] == [0, -sig], outcome
+    res = outcome["reports"][0].get("result")
+    assert isinstance(res, dict), outcome["reports"][0]
+    assert res["type"] in ("CollectiveTimeoutError", "CollectiveAbandonedError"), res
+    assert res["missing_rank"] == victim and res["abandoned_by"] != victim, res
+    # It gives up after the bound (less the start skew when a peer gave up first), and no later than
+    # its own computation before the wait (at most a whole call) plus 1.5x the bound and the
+    # interpreter's allowance (iris-ccl's fault suite: 0.5 s).
+    assert TIMEOUT - 0.1 <= res["elapsed"] <= res["call"] + 1.5 * TIMEOUT + 0.5, res
+    assert not left, f"left in /dev/shm: {sorted(left)}"
 
 
 def test_traced_operations_record_their_phases(world, backend):

@@ -14,10 +14,10 @@ computed:
   s's copy of ``a`` inside the product's K loop, this rank's own rows first.
 - ``matmul_reduce_kernel`` (reduce-scatter, and all-reduce): output rows are split into one group
   per rank; a rank computes the groups of the next ranks first and its own last, storing each
-  tile's partial product into its owner's exchange buffer and ``signal``-ing it; the owner waits
-  for every rank's partial of a tile (``wait_flags``) right after computing its own, and reduces
-  them in rank order (every rank's result the same bits), storing the result (all-reduce: into
-  every rank's output).
+  tile's partial product into its owner's exchange buffer and ``signal``-ing it (one tile later);
+  the owner waits for every rank's partial of a tile (``wait_flags``) right after storing its
+  own, and reduces them in rank order (every rank's result the same bits), storing the result
+  (all-reduce: into every rank's output).
 
 A program waits only for the programs of its own index on other ranks (every rank deals tiles
 alike: the tiling is in the description), and sends before it waits, so the kernels are correct

@@ -6,7 +6,6 @@ the launch's ``num_warps`` and the compile target's warp size (``tile_layout``, 
 collectives' kernels use for their tiles too).
 """
 
-import triton
 import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -15,6 +14,7 @@ import iris.mem.gluon as img
 from iris.heap import context as abi
 from iris.heap.tracing import EVENTS
 from iris.mem.gluon import Context, Tracing
+from iris.mem.triton import INTERPRETED  # (iris-ccl always has iris-mem-triton: one probe of the interpreter)
 from iris.mem.gluon import ops as mops
 
 from . import _internals, protocol
@@ -34,15 +34,7 @@ _TAG_BITS = gl.constexpr(protocol.TAG_BITS)
 _FIELDS = gl.constexpr(protocol.DESC_WORDS)  # code, numel, offset a, offset b, shape: what a mismatch names
 _ENTRY_GROUPS = gl.constexpr(8)  # the entry's lanes, in FLAGS-wide groups: a power of two >= 2 + DESC_SLOTS
 _EXIT_GROUPS = gl.constexpr(2)  # the exit's: its flags and the abandon flags
-
-
-@triton.jit
-def _probe():
-    pass
-
-
-#: Whether kernels run under Triton's interpreter in this process (Triton decides at import too).
-_INTERPRETED = gl.constexpr(type(_probe).__name__ == "InterpretedFunction")
+_INTERPRETED = gl.constexpr(INTERPRETED)  # kernels run under Triton's interpreter in this process
 _MAX = gl.constexpr(protocol.REDUCE_OPS["max"])  # combine's OP codes; anything else sums
 _MIN = gl.constexpr(protocol.REDUCE_OPS["min"])
 # Config(trace=True): the phases every kernel records (iris.heap.tracing.EVENTS), per program.

@@ -38,7 +38,7 @@ import triton.language as tl
 
 from iris.heap import context as abi
 from iris.heap.tracing import EVENTS
-from iris.mem.triton import Context, Tracing
+from iris.mem.triton import INTERPRETED, Context, Tracing
 from iris.mem.triton import ops as mops
 
 from . import protocol
@@ -65,15 +65,7 @@ _TAG_BITS = tl.constexpr(protocol.TAG_BITS)
 _FIELDS = tl.constexpr(protocol.DESC_WORDS)  # code, numel, offset a, offset b, shape: what a mismatch names
 _ENTRY_GROUPS = tl.constexpr(8)  # the entry's lanes, in FLAGS-wide groups: a power of two >= 2 + DESC_SLOTS
 _EXIT_GROUPS = tl.constexpr(2)  # the exit's: its flags and the abandon flags
-
-
-@triton.jit
-def _probe():
-    pass
-
-
-#: Whether kernels run under Triton's interpreter in this process (Triton decides at import too).
-_INTERPRETED = tl.constexpr(type(_probe).__name__ == "InterpretedFunction")
+_INTERPRETED = tl.constexpr(INTERPRETED)  # kernels run under Triton's interpreter in this process
 _MAX = tl.constexpr(protocol.REDUCE_OPS["max"])  # combine's OP codes; anything else sums
 _MIN = tl.constexpr(protocol.REDUCE_OPS["min"])
 # Config(trace=True): the phases every kernel records (iris.heap.tracing.EVENTS), per program.

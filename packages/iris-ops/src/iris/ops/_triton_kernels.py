@@ -43,13 +43,7 @@ _REMOTE_STORE = tl.constexpr(EVENTS["remote store"])
 _TILE_WAIT = tl.constexpr(EVENTS["tile wait"])
 
 
-@triton.jit
-def _probe():
-    pass
-
-
-#: Whether kernels run under Triton's interpreter in this process (fixed at import, as Triton's own choice).
-_INTERPRETED = tl.constexpr(type(_probe).__name__ == "InterpretedFunction")
+_INTERPRETED = tl.constexpr(imt.INTERPRETED)  # kernels run under Triton's interpreter in this process
 
 
 @triton.jit

@@ -27,7 +27,7 @@ CONTEXT_ABI_VERSION = 2
 _heap.context.check_version("iris-mem-triton", __version__, CONTEXT_ABI_VERSION)
 
 from . import ops  # noqa: E402
-from ._interpreter import InterpreterAtomicError, interpret  # noqa: E402
+from ._interpreter import INTERPRETED, InterpreterAtomicError, interpret  # noqa: E402
 from .context import Context  # noqa: E402
 from .ops import (  # noqa: E402
     atomic_add,
@@ -58,6 +58,7 @@ from .tracing import Tracing, device_clock  # noqa: E402
 __all__ = [
     "CONTEXT_ABI_VERSION",
     "Context",
+    "INTERPRETED",
     "InterpreterAtomicError",
     "Tracing",
     "atomic_add",

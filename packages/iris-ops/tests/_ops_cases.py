@@ -13,7 +13,6 @@ import os
 import threading
 import time
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -326,9 +325,8 @@ def lost_tile(rank, world_size, backend, timeout: float):
         if odd:
 
             def dropped(ctx, flags, epoch, to, SCOPE):  # noqa: N803 - the kernel's names
-                if _value(to) == _value(ctx.rank):  # its own hand-offs to itself still arrive
-                    return real(ctx, flags, epoch, to, SCOPE)
-                return epoch == epoch  # says it signalled; the peer never sees the flag
+                return epoch == epoch  # says it signalled; the peer never sees the flag (a rank
+                # raises its own lane without signal)
 
             proto.signal = dropped
         try:
@@ -379,12 +377,6 @@ def killed(rank, world_size, backend, victim: int, sig: int, timeout: float):
     return {"type": type(e).__name__ if e is not None else None, "message": str(e),
             "missing_rank": getattr(e, "missing_rank", None), "abandoned_by": getattr(e, "abandoned_by", None),
             "elapsed": time.monotonic() - t0, "call": took}  # fmt: skip
-
-
-def _value(x) -> int:
-    """An interpreted kernel's scalar (a tensor whose handle holds a numpy array) as an int."""
-    data = getattr(getattr(x, "handle", x), "data", x)
-    return int(np.asarray(data).reshape(-1)[0])
 
 
 def traced(rank, world_size, backend):

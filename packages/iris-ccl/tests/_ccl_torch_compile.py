@@ -8,7 +8,6 @@ wrote bit for bit.
 
 from __future__ import annotations
 
-import contextlib
 
 import torch
 import torch._dynamo  # explain
@@ -16,6 +15,7 @@ import torch._dynamo  # explain
 import iris.ccl as ccl
 import iris.heap
 from iris.ccl import custom_ops
+from iris.testing import refusing
 
 #: The ``torch.ops.iris`` calls ``collectives`` makes (one per collective, the barrier included).
 CALLS = 8
@@ -49,22 +49,10 @@ def _same(got, want, what: str) -> None:
     assert torch.equal(got, want), f"{what}: compiled and eager differ (max |diff| {(got - want).abs().max().item()})"
 
 
-@contextlib.contextmanager
 def _no_custom_ops():
-    """Any call of a collective's op path fails: eager calls must never take it."""
-    saved = {name: getattr(custom_ops, name) for name in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all",
-                                                          "broadcast", "barrier")}  # fmt: skip
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("an eager collective went through its torch.library op")
-
-    try:
-        for name in saved:
-            setattr(custom_ops, name, refuse)
-        yield
-    finally:
-        for name, fn in saved.items():
-            setattr(custom_ops, name, fn)
+    """Any call of the collectives' op path fails: eager calls must never take it."""
+    names = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "barrier")
+    return refusing(custom_ops, names, "an eager collective went through its torch.library op")
 
 
 def compiled_collectives_match_eager(rank, world_size, backend):

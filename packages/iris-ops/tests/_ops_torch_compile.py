@@ -7,7 +7,6 @@ runs it and the same function eagerly on the same inputs, and compares every res
 
 from __future__ import annotations
 
-import contextlib
 
 import torch
 import torch._dynamo  # explain
@@ -15,6 +14,7 @@ import torch._dynamo  # explain
 import iris.heap
 import iris.ops as ops
 from iris.ops import custom_ops
+from iris.testing import refusing
 
 #: The ``torch.ops.iris`` calls ``fused`` makes (one per operation).
 CALLS = 6
@@ -22,21 +22,9 @@ CALLS = 6
 M, K, N = 6, 20, 12
 
 
-@contextlib.contextmanager
 def _no_custom_ops():
-    """Any call of an operation's op path fails: eager calls must never take it."""
-    saved = {name: getattr(custom_ops, name) for name in custom_ops.__all__}
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("an eager fused operation went through its torch.library op")
-
-    try:
-        for name in saved:
-            setattr(custom_ops, name, refuse)
-        yield
-    finally:
-        for name, fn in saved.items():
-            setattr(custom_ops, name, fn)
+    """Any call of the fused operations' op path fails: eager calls must never take it."""
+    return refusing(custom_ops, custom_ops.__all__, "an eager fused operation went through its torch.library op")
 
 
 def _same(got, want, what: str) -> None:

@@ -7,8 +7,12 @@ depends on it at run time.
 - :mod:`iris.testing.mem`, the conformance suite that iris-mem-triton and iris-mem-gluon both run
   through a small adapter;
 - :mod:`iris.testing.guarded`, guard bytes and canary allocations around the tensors of a fault
-  test (the collectives' and the fused operations' suites).
+  test (the collectives' and the fused operations' suites);
+- :mod:`iris.testing.processes`, ranks as plain processes for tests in which one dies;
+- :func:`refusing`, functions of a module replaced by ones that fail while a block runs.
 """
+
+import contextlib
 
 __version__ = "0.2.0"
 
@@ -27,7 +31,7 @@ WORLD_SIZES = (1, 2, 3, 4)
 #: fixture's world: compiling for both needs no GPU, and the two compile side by side.
 COMPILE_TARGETS = ("cuda", "hip")
 
-__all__ = ["COMPILE_TARGETS", "CONTEXT_ABI_VERSION", "WORLD_SIZES", "gather"]
+__all__ = ["COMPILE_TARGETS", "CONTEXT_ABI_VERSION", "WORLD_SIZES", "gather", "refusing"]
 
 
 def gather(obj, world_size):
@@ -39,3 +43,22 @@ def gather(obj, world_size):
     out = [None] * world_size
     dist.all_gather_object(out, obj)
     return out
+
+
+@contextlib.contextmanager
+def refusing(module, names, why: str):
+    """While the block runs, every function ``names`` of ``module`` raises AssertionError(``why``)
+    when called (a path the code under test must not take, e.g. eager calls through the
+    ``torch.library`` ops); the originals are restored on every way out."""
+    saved = {name: getattr(module, name) for name in names}
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(why)
+
+    try:
+        for name in saved:
+            setattr(module, name, refuse)
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(module, name, fn)

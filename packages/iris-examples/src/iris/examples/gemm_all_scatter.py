@@ -138,12 +138,6 @@ def ops_config(args: argparse.Namespace, *, trace: bool = False) -> ops.Config:
     return ops.Config(backend=args.backend, trace=trace, **{k: v for k, v in chosen.items() if v is not None})
 
 
-def _resolved(config: ops.Config, dtype: torch.dtype, heap) -> ops.Config:
-    """``config`` with the tiles, warps and stages the operation picks for ``dtype`` on ``heap``'s
-    device (the report and mismatches name the tiles that ran; programs stay as given)."""
-    return iris.ops.config.resolve(config, dtype, heap)
-
-
 def gemm_all_scatter(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, heap, config: ops.Config | None = None,
                      layout: str = "blocks") -> torch.Tensor:  # fmt: skip
     """This rank's block ``a @ b`` into every rank's ``c``: ``iris.ops.matmul_all_gather(a, b, out=c)``.
@@ -277,7 +271,8 @@ def rank_main(args: argparse.Namespace) -> dict:
             trace_option.session(heap, args) as tracing,
             tables.progress("gemm-all-scatter", len(args.sizes), enabled=rank == 0) as bar,
         ):
-            cfg = _resolved(ops_config(args, trace=tracing.on), dtype, heap)
+            # the tiles the operation picks, named in the report and in mismatches (programs as given)
+            cfg = iris.ops.config.resolve(ops_config(args, trace=tracing.on), dtype, heap)
             ccl_cfg = ccl.Config(backend=args.backend, trace=tracing.on)
             for shape in args.sizes:
                 row, found = _one_size(args, heap, shape, cfg, ccl_cfg, nccl)

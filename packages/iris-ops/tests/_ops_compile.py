@@ -16,7 +16,11 @@ description words never specialized. Cases:
 - where the default tiles of a dtype have another warp count (Gluon's FMA path: 4), every
   variant with those defaults exactly;
 - ``matmul_kernel`` (the GEMM core alone, ``local_matmul``'s baseline), where the backend has it:
-  every dtype, and with sizes 1.
+  every dtype, and with sizes 1;
+- the operand modes the backend's ``operand_modes`` picks for row-major operands of the dtype on
+  the target (Triton: TMA descriptors for 16-bit inputs on sm_90, pointers on gfx942 and for
+  fp32), and every variant in bf16 with both operands column-major (descriptors of their
+  transposes on sm_90).
 
 ``compile_all(rank, world_size, target_name, backend)`` -> ``(count, failures)``; the Gluon
 kernels' signatures are also checked to begin with the Triton kernels' parameters, in order.
@@ -46,11 +50,15 @@ _DESC = {"CODE", "NUMEL", "OFF_A", "OFF_B", "SHAPE"}  # do_not_specialize: alway
 _SIZES = {"M", "N", "K", "m", "rows"}
 #: Strides of contiguous (row-major) tensors' last dimension: 1, so a constexpr at every launch.
 _UNIT_STRIDES = {"stride_ak", "stride_bn", "stride_cn", "stride_gk", "stride_on"}
+#: The same with the operands column-major (a's and b's unit strides are their rows').
+_COLUMN_MAJOR_STRIDES = {"stride_am", "stride_bk", "stride_cn", "stride_gk", "stride_on"}
 #: The protocol's constexprs (and the world size, where a kernel unrolls over it); a kernel takes those it has.
 _PROTOCOL = {"FLAGS": 4, "SCOPE": "sys", "TRACE": False, "W": 4}
 _KERNELS = ("matmul_all_gather_kernel", "all_gather_matmul_kernel", "matmul_reduce_kernel")
 #: The GEMM core alone (``local_matmul``'s baseline), where the backend has it.
 _CORE = "matmul_kernel"
+#: Constexprs of the Triton kernels alone (how they read the operands: ``operand_modes``).
+_TRITON_ONLY = {"A_MODE", "B_MODE"}
 
 
 def _kernel_names(K) -> tuple[str, ...]:
@@ -77,10 +85,10 @@ def _aligned(signature):
     }
 
 
-def _signature(fn, ty: str, constexprs: dict, ones: bool) -> tuple[dict, dict]:
+def _signature(fn, ty: str, constexprs: dict, ones: bool, units=_UNIT_STRIDES) -> tuple[dict, dict]:
     """The compile signature of ``fn`` for inputs of ``ty`` and the constexprs with the unit
-    strides (and, with ``ones``, every size as 1) added, as a launch specializes them."""
-    constexprs = {**constexprs, **{k: 1 for k in _UNIT_STRIDES}}
+    strides ``units`` (and, with ``ones``, every size as 1) added, as a launch specializes them."""
+    constexprs = {**constexprs, **{k: 1 for k in units}}
     if ones:
         constexprs.update({k: 1 for k in _SIZES})
     sig = {}
@@ -122,13 +130,21 @@ def _launch(K, backend: str, dtype: torch.dtype, target, tf32: bool, warps: int 
         if warps is not None:
             tiles["num_warps"] = warps
         cfg = Config(backend=backend, **tiles)
-        extra = K.launch_options(cfg, dtype, target)
+        extra = {**K.launch_options(cfg, dtype, target), **_modes(K, target, cfg, dtype, False)}
         shared = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
                       PRECISION=operations._precision(dtype))  # fmt: skip
     params = {name for fn_name in _kernel_names(K) for name, _, _ in _internals.parameters(getattr(K, fn_name))}
     constexprs = {**shared, **{k: v for k, v in extra.items() if k in params}}
     options = {k: v for k, v in extra.items() if k not in params}
     return constexprs, options, cfg.num_warps
+
+
+def _modes(K, target, cfg, dtype, transposed: bool) -> dict:
+    """The backend's operand modes for 64 x 64 operands of ``dtype`` (column-major if ``transposed``)."""
+    a, b = (torch.empty(64, 64, dtype=dtype) for _ in range(2))
+    if transposed:
+        a, b = a.t(), b.t()
+    return K.operand_modes(target, cfg, a, b, cfg.block_m)
 
 
 def cases(backend: str, target) -> list[tuple[str, object, dict, dict, dict]]:
@@ -143,17 +159,22 @@ def cases(backend: str, target) -> list[tuple[str, object, dict, dict, dict]]:
             for name, fn, flags in _variants(K, _OPS[kind]):
                 label = f"{name} {kind} ({mma})"
                 base = {**constexprs, **flags, **_PROTOCOL}
-                runs = [(label, base, False)]
+                runs = [(label, base, False, _UNIT_STRIDES)]
                 if fn is getattr(K, _CORE, None):  # no protocol: nothing traced or scoped
                     pass
                 elif ty == "bf16" or kind == "fp32 ieee":
-                    runs.append((f"{label} traced", {**base, "TRACE": True}, False))
+                    runs.append((f"{label} traced", {**base, "TRACE": True}, False, _UNIT_STRIDES))
                 elif ty == "fp16":
-                    runs.append((f"{label} gpu scope", {**base, "SCOPE": "gpu"}, False))
+                    runs.append((f"{label} gpu scope", {**base, "SCOPE": "gpu"}, False, _UNIT_STRIDES))
                 if ty == "bf16":
-                    runs.append((f"{label} sizes 1", base, True))
-                for run_label, values, ones in runs:
-                    sig, values = _signature(fn, ty, values, ones)
+                    runs.append((f"{label} sizes 1", base, True, _UNIT_STRIDES))
+                    cfg = Config(backend=backend, **_config._defaults(backend, dtype, True, True))
+                    modes = _modes(K, target, cfg, dtype, True)
+                    if modes and modes != _modes(K, target, cfg, dtype, False):
+                        runs.append((f"{label} column-major operands", {**base, **modes}, False,
+                                     _COLUMN_MAJOR_STRIDES))  # fmt: skip
+                for run_label, values, ones, units in runs:
+                    sig, values = _signature(fn, ty, values, ones, units)
                     out.append((run_label, fn, sig, values, {"num_warps": warps, **options}))
             default, d_options, d_warps = _launch(K, backend, dtype, target, tf32, None)
             if d_warps != WARPS:  # the default tiles exactly (Gluon's FMA path: 4 warps)
@@ -166,12 +187,13 @@ def cases(backend: str, target) -> list[tuple[str, object, dict, dict, dict]]:
 
 
 def _signature_mismatches() -> list[str]:
-    """The Gluon kernels take the Triton kernels' parameters, in order, then only layout constexprs."""
+    """The Gluon kernels take the Triton kernels' parameters (less the Triton kernels' operand
+    modes, which only their ``operand_modes`` returns), in order, then only layout constexprs."""
     T = importlib.import_module("iris.ops._triton_kernels")
     G = importlib.import_module("iris.ops._gluon_kernels")
     bad = [f"{name}: in the triton backend only" for name in _kernel_names(T) if not hasattr(G, name)]
     for name in _KERNELS + ((_CORE,) if hasattr(T, _CORE) and hasattr(G, _CORE) else ()):
-        t = [(n, c) for n, c, _ in _internals.parameters(getattr(T, name))]
+        t = [(n, c) for n, c, _ in _internals.parameters(getattr(T, name)) if n not in _TRITON_ONLY]
         g = [(n, c) for n, c, _ in _internals.parameters(getattr(G, name))]
         if g[: len(t)] != t or not all(c for _, c in g[len(t) :]):
             bad.append(f"{name}: the gluon signature {g} does not extend the triton signature {t}")
@@ -183,12 +205,14 @@ def _signature_mismatches() -> list[str]:
 #: gpu scope and a default-tiles case; ``every=True`` compiles every case.
 _CI = ("bf16 (", "matmul_reduce_scatter bf16 (mma_v2) sizes 1", "matmul_reduce_scatter bf16 (tl.dot) sizes 1",
        "matmul_all_reduce fp32 ieee", "matmul_all_reduce bf16 (mma_v2) traced", "matmul_all_reduce bf16 (tl.dot) traced",
-       "matmul_reduce_scatter fp16", "default tiles")  # fmt: skip
+       "matmul_reduce_scatter fp16", "default tiles", "column-major operands")  # fmt: skip
 
 
 def _in_ci(label: str) -> bool:
     if "default tiles" in label:
         return label.startswith("matmul_all_reduce")
+    if label.endswith("column-major operands"):
+        return label.startswith(("matmul_reduce_scatter", "all_gather_matmul bf16"))
     if label.endswith(("traced", "sizes 1", "gpu scope")):
         return any(label.startswith(p) or p in label for p in _CI[1:])
     return "bf16 (" in label or any(label.startswith(p) for p in _CI[3:])

@@ -279,9 +279,13 @@ def matmul_reduce_kernel(
     its partial of a tile of group o into rank o's ``partials[s]`` and raises its lane of the
     tile's row there. ``W``: the world size (the reduction unrolls over it).
 
-    A tile's flag is raised one tile late: after the product of the program's next tile, under
-    which its stores drained (a release right after them would wait for them: ``signal``). The
-    owner stores its own partial like the others (its lane raised locally: only its own threads
+    A program takes its tiles one at a time and computes each in every group, its own last (so
+    every rank computes a tile's partials at about the same time, and the owner finds them there
+    when its own is done). A partial's flag is raised one product late: after the program's next
+    product, under which its stores drained (a release right after them would wait for them:
+    ``signal``); the last one sent before the owner's own product is raised after that product,
+    before the owner waits, so every rank has raised all its flags of a tile before it waits for
+    any of that tile. The owner stores its own partial like the others (its lane raised locally: only its own threads
     read it, after the barrier that ends ``wait_flags``) and reduces the tile _REDUCE_ROWS rows at
     a time."""
     ctx, tr, epoch, go = proto.begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, FLAGS, SCOPE, TRACE)
@@ -290,57 +294,60 @@ def matmul_reduce_kernel(
     size = gl.cast(rows, gl.int64) * N  # cast, not .to: a launch makes rows == 1 a constexpr
     sent_t = -1  # the tile whose partial was stored last and not yet signalled (-1: none), and its owner
     sent_o = ctx.rank % ctx.world_size  # (typed as the owners computed below)
-    for j in range(1, ctx.world_size + 1):  # the next rank's rows first, this rank's own last
+    # One flat loop over (tile, group) pairs: tile t of the next rank's rows first, of this rank's
+    # own last. (Nested loops would let the compiler hoist the tile's index and pointer vectors out
+    # of the loop over groups, where they stayed live through the products: registers spilled.)
+    v = 0
+    t = gl.program_id(0)
+    while go & (t < tiles_m * tiles_n):
+        j = v % W + 1
         o = (ctx.rank + j) % ctx.world_size
-        t = gl.program_id(0)
-        while go & (t < tiles_m * tiles_n):
-            pid_m, pid_n = _tile_of(t, tiles_m, tiles_n, GROUP_M)
-            first = o * rows  # the group's first row of a
-            end = gl.minimum(first + rows, M)  # rows of a past the group's (or past M) read as 0
-            h = tr.record_start(_TILE, o, _tile_bytes(partials, BLOCK_M, BLOCK_N))
-            acc = _product(a, b, first + pid_m * BLOCK_M, end, pid_n * BLOCK_N, N, K, stride_am, stride_ak,
-                           stride_bk, stride_bn, a, 0, 0, False, BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, False,
-                           LOAD_A, LOAD_B, ACC, DOT_A, DOT_B, USE_MMA_V2)  # fmt: skip
-            part = _finished(acc, partials.dtype.element_ty, STORE)
+        pid_m, pid_n = _tile_of(t, tiles_m, tiles_n, GROUP_M)  # the tile's place in every group
+        first = o * rows  # the group's first row of a
+        end = gl.minimum(first + rows, M)  # rows of a past the group's (or past M) read as 0
+        h = tr.record_start(_TILE, o, _tile_bytes(partials, BLOCK_M, BLOCK_N))
+        acc = _product(a, b, first + pid_m * BLOCK_M, end, pid_n * BLOCK_N, N, K, stride_am, stride_ak,
+                       stride_bk, stride_bn, a, 0, 0, False, BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, False,
+                       LOAD_A, LOAD_B, ACC, DOT_A, DOT_B, USE_MMA_V2)  # fmt: skip
+        part = _finished(acc, partials.dtype.element_ty, STORE)
+        tr.record_end(h)
+        rl = _rows(pid_m * BLOCK_M, BLOCK_M, STORE)  # rows within the group
+        rn = _cols(pid_n * BLOCK_N, BLOCK_N, STORE)
+        h = tr.record_start(_REMOTE_STORE, o, _tile_bytes(partials, BLOCK_M, BLOCK_N))
+        if sent_t >= 0:
+            go = proto.signal(ctx, flags + sent_t * FLAGS, epoch, sent_o, SCOPE)
+            sent_t = -1
+        if go:
+            mine = partials + ctx.rank * size + rl[:, None].to(gl.int64) * N + rn[None, :]
+            ctx.store(mine, part, o, mask=((rl < rows) & (first + rl < M))[:, None] & (rn[None, :] < N))
+            if j < ctx.world_size:
+                sent_t = t
+                sent_o = o
+        tr.record_end(h)
+        if go & (j == ctx.world_size):  # a tile of this rank's rows: every rank's partial, reduced
+            gl.atomic_xchg(flags + t * FLAGS + ctx.rank, epoch, sem="relaxed", scope=SCOPE)
+            h = tr.record_start(_TILE_WAIT, ctx.rank, 0)
+            go = proto.wait_flags(ctx, flags + t * FLAGS, sync, epoch, FLAGS, SCOPE)
             tr.record_end(h)
-            rl = _rows(pid_m * BLOCK_M, BLOCK_M, STORE)  # rows within the group
-            rn = _cols(pid_n * BLOCK_N, BLOCK_N, STORE)
-            h = tr.record_start(_REMOTE_STORE, o, _tile_bytes(partials, BLOCK_M, BLOCK_N))
-            if sent_t >= 0:
-                go = proto.signal(ctx, flags + sent_t * FLAGS, epoch, sent_o, SCOPE)
-                sent_t = -1
             if go:
-                mine = partials + ctx.rank * size + rl[:, None].to(gl.int64) * N + rn[None, :]
-                ctx.store(mine, part, o, mask=((rl < rows) & (first + rl < M))[:, None] & (rn[None, :] < N))
-                if j < ctx.world_size:
-                    sent_t = t
-                    sent_o = o
-            tr.record_end(h)
-            if go & (j == ctx.world_size):  # a tile of this rank's rows: every rank's partial, reduced
-                gl.atomic_xchg(flags + t * FLAGS + ctx.rank, epoch, sem="relaxed", scope=SCOPE)
-                h = tr.record_start(_TILE_WAIT, ctx.rank, 0)
-                go = proto.wait_flags(ctx, flags + t * FLAGS, sync, epoch, FLAGS, SCOPE)
-                tr.record_end(h)
-                if go:
-                    CHUNK: gl.constexpr = min(_REDUCE_ROWS, BLOCK_M)
-                    for c in gl.static_range(BLOCK_M // CHUNK):
-                        rc = _rows(pid_m * BLOCK_M + c * CHUNK, CHUNK, STORE)  # rows within the group
-                        res = proto.cast_out(_reduce_rows(partials, rc, rn, rows, N, OP, W), out.dtype.element_ty)
-                        mask = ((rc < rows) & (first + rc < M))[:, None] & (rn[None, :] < N)
-                        if ALL_REDUCE:
-                            ptrs = (out + (first + rc)[:, None].to(gl.int64) * stride_om
-                                    + rn[None, :].to(gl.int64) * stride_on)  # fmt: skip
-                            for i in range(1, ctx.world_size + 1):  # the next rank first, this rank's own last
-                                to = (ctx.rank + i) % ctx.world_size
-                                h = tr.record_start(_REMOTE_STORE, to, _tile_bytes(out, CHUNK, BLOCK_N))
-                                ctx.store(ptrs, res, to, mask=mask)
-                                tr.record_end(h)
-                        else:
-                            ptrs = out + rc[:, None].to(gl.int64) * stride_om + rn[None, :].to(gl.int64) * stride_on
-                            gl.store(ptrs, res, mask=mask)
-            t += gl.num_programs(0)
-    if go & (sent_t >= 0):  # a program without tiles of its own rows (none, while every group has as many)
-        go = proto.signal(ctx, flags + sent_t * FLAGS, epoch, sent_o, SCOPE)
+                CHUNK: gl.constexpr = min(_REDUCE_ROWS, BLOCK_M)
+                for c in gl.static_range(BLOCK_M // CHUNK):
+                    rc = _rows(pid_m * BLOCK_M + c * CHUNK, CHUNK, STORE)  # rows within the group
+                    res = proto.cast_out(_reduce_rows(partials, rc, rn, rows, N, OP, W), out.dtype.element_ty)
+                    mask = ((rc < rows) & (first + rc < M))[:, None] & (rn[None, :] < N)
+                    if ALL_REDUCE:
+                        ptrs = (out + (first + rc)[:, None].to(gl.int64) * stride_om
+                                + rn[None, :].to(gl.int64) * stride_on)  # fmt: skip
+                        for i in range(1, ctx.world_size + 1):  # the next rank first, this rank's own last
+                            to = (ctx.rank + i) % ctx.world_size
+                            h = tr.record_start(_REMOTE_STORE, to, _tile_bytes(out, CHUNK, BLOCK_N))
+                            ctx.store(ptrs, res, to, mask=mask)
+                            tr.record_end(h)
+                    else:
+                        ptrs = out + rc[:, None].to(gl.int64) * stride_om + rn[None, :].to(gl.int64) * stride_on
+                        gl.store(ptrs, res, mask=mask)
+        v += 1
+        t = gl.program_id(0) + (v // W) * gl.num_programs(0)
     proto.finish(ctx, tr, sync, epoch, go, FLAGS, SCOPE)
 
 
@@ -450,3 +457,10 @@ def launch_options(config, dtype, target) -> dict:
         _layouts(config.block_m, config.block_n, config.block_k, config.num_warps, dtype, img.warp_size(target),
                  uses_tensor_cores(target, dtype))  # fmt: skip
     )
+
+
+def operand_modes(target, config, a, b, row_step: int) -> dict:
+    """Constexprs that say how the kernels read ``a`` and ``b``: none, the portable path reads
+    both through pointers (the Triton backend's kernels take ``A_MODE`` / ``B_MODE``: TMA
+    descriptors on Hopper)."""
+    return {}

@@ -14,6 +14,7 @@ reserved space (``iris.ccl.workspace``), copied from or into the caller's tensor
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import importlib
 import weakref
@@ -82,7 +83,8 @@ class _Launch:
     ``blocks`` blocks of ``rows`` x ``n``, each cut into tiles that the programs deal among them."""
 
     def __init__(self, config: Config | None, a: torch.Tensor, heap, rows: int, n: int, blocks: int = 1):
-        target = _target(heap.device)
+        self.target = target = _target(heap.device)
+        self.gpu = heap.device.type == "cuda"
         self.kernels = _kernels(config.backend if isinstance(config, Config) else "triton")
         self.dtype = a.dtype
         self.config = cfg = resolve(config, a.dtype, heap, mma=self.kernels.uses_tensor_cores(target, a.dtype))
@@ -105,13 +107,46 @@ class _Launch:
         call.describe(rows, a_buffer, b_buffer, shape=description.shape_word(k, n), dtype=self.dtype,
                       src=tiles, layout=self.programs, **fields)  # fmt: skip
 
-    def run(self, call: Call, kernel, **arguments) -> None:
+    def modes(self, a: torch.Tensor, b: torch.Tensor, row_step: int | None = None) -> dict:
+        """How the kernel reads ``a`` and ``b`` (the backend's ``operand_modes``: TMA descriptors
+        where the Triton backend runs on Hopper and their layout allows); ``row_step``: the rows
+        between the first rows of ``a``'s tiles (``block_m`` unless a kernel offsets them)."""
+        step = self.config.block_m if row_step is None else row_step
+        return self.kernels.operand_modes(self.target, self.config, a, b, step)
+
+    def run(self, call: Call, kernel, row_step: int | None = None, **arguments) -> None:
         """Launch ``kernel`` (persistent: this launch's programs) with ``arguments`` and the tiling."""
         params = _params(kernel)
+        modes = self.modes(arguments["a"], arguments["b"], row_step)
         extra = {**self.constexprs, **self.options}
-        call.launch(kernel, grid=self.programs, num_warps=self.config.num_warps,
-                    options={k: v for k, v in extra.items() if k not in params},
-                    **{k: v for k, v in extra.items() if k in params}, **arguments)  # fmt: skip
+        launch = functools.partial(call.launch, kernel, grid=self.programs, num_warps=self.config.num_warps,
+                                   options={k: v for k, v in extra.items() if k not in params},
+                                   **{k: v for k, v in extra.items() if k in params}, **modes, **arguments)  # fmt: skip
+        _with_scratch(launch, self.gpu and any(modes.values()))
+
+
+def _scratch(size: int, alignment: int, stream) -> torch.Tensor:
+    """Global memory a kernel asks for at launch (Triton's allocator protocol): the TMA
+    descriptors that the Triton kernels build on the device, 128 bytes each a program. A block of
+    torch's caching allocator on the current stream, so it is reused only after the kernel."""
+    return torch.empty(size, dtype=torch.int8, device=torch.cuda.current_device())
+
+
+def _with_scratch(launch, needed: bool) -> None:
+    """``launch()``, with ``_scratch`` as Triton's allocator where ``needed``: in a copy of the
+    caller's context (Triton keeps its allocator in a context variable), so the caller's own
+    allocator, if any, is left as it was."""
+    if not needed:
+        launch()
+        return
+
+    def run():
+        import triton
+
+        triton.set_allocator(_scratch)
+        launch()
+
+    contextvars.copy_context().run(run)
 
 
 @functools.cache
@@ -258,9 +293,10 @@ def matmul_reduce_scatter(a: torch.Tensor, b: torch.Tensor, op: str = "sum", *, 
     once). Unfused, it is ``torch.matmul`` then ``reduce_scatter`` (``iris.ops.reference``), and
     it rounds alike: each rank's product is rounded to the dtype before ranks are combined.
 
-    Each rank computes the rows of the next ranks first and its own last; each partial tile goes
-    to the rank that owns its rows while the next tile is computed, and an owner reduces a tile
-    as soon as it has computed its own partial of it and every rank's has arrived.
+    Each rank computes each output tile's partials for every group of rows, the next ranks'
+    first and its own last; each partial tile goes to the rank that owns its rows while the next
+    is computed, and an owner reduces a tile as soon as it has computed its own partial of it and
+    every rank's has arrived (so reductions run all through the kernel, not at its end).
     """
     if _compiling():
         return custom_ops.matmul_reduce_scatter(a, b, op, out=out, heap=heap, config=config)
@@ -308,7 +344,7 @@ def _matmul_reduce(name: str, a, b, op, out, heap, config) -> torch.Tensor:
             target = out if _heap_buffer(heap, out) else _staging(call, "out", (m, n), a.dtype)
         launch.describe(call, m, k, n, partials, None if reduce_scatter else target, op=op,
                         on_heap=(False, not reduce_scatter and target is out))  # fmt: skip
-        launch.run(call, launch.kernels.matmul_reduce_kernel, a=a, b=b, out=target, partials=partials, flags=flags,
+        launch.run(call, launch.kernels.matmul_reduce_kernel, row_step=rows, a=a, b=b, out=target, partials=partials, flags=flags,
                    M=m, N=n, K=k, rows=rows, stride_am=a.stride(0), stride_ak=a.stride(1), stride_bk=b.stride(0),
                    stride_bn=b.stride(1), stride_om=target.stride(0), stride_on=target.stride(1), OP=code,
                    ALL_REDUCE=not reduce_scatter, W=w)  # fmt: skip
@@ -332,8 +368,9 @@ def local_matmul(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None =
     if m * n == 0:
         return out
     launch = _Launch(config, a, heap, m, n)
-    kernel = launch.kernels.matmul_kernel
-    kernel[(launch.programs,)](a, b, out, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0),
-                               out.stride(1), num_warps=launch.config.num_warps, **launch.constexprs,
-                               **launch.options)  # fmt: skip
+    kernel, modes = launch.kernels.matmul_kernel, launch.modes(a, b)
+    _with_scratch(functools.partial(kernel[(launch.programs,)], a, b, out, m, n, k, a.stride(0), a.stride(1),
+                                    b.stride(0), b.stride(1), out.stride(0), out.stride(1),
+                                    num_warps=launch.config.num_warps, **launch.constexprs, **launch.options,
+                                    **modes), launch.gpu and any(modes.values()))  # fmt: skip
     return out

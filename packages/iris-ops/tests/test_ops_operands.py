@@ -1,0 +1,68 @@
+"""How the Triton kernels read their operands (``operand_modes``: TMA descriptors or pointers), and
+the scratch that descriptors built on the device need at launch. No ranks: host code alone."""
+
+import pytest
+import torch
+from triton.backends.compiler import GPUTarget
+
+from iris.ops import _triton_kernels as K
+from iris.ops import operations
+from iris.ops.config import Config
+
+HOPPER = GPUTarget("cuda", 90, 32)
+CFG = Config(block_m=128, block_n=256, block_k=64, group_m=8, num_warps=8, num_stages=3)
+
+
+def _modes(a, b, target=HOPPER, cfg=CFG, row_step=128):
+    m = K.operand_modes(target, cfg, a, b, row_step)
+    return m["A_MODE"], m["B_MODE"]
+
+
+def test_row_major_and_column_major_16bit_operands_take_descriptors():
+    a = torch.empty(256, 512, dtype=torch.bfloat16)
+    b = torch.empty(512, 384, dtype=torch.float16)
+    assert _modes(a, b) == (1, 1)
+    assert _modes(a.t().contiguous().t(), b.t().contiguous().t()) == (2, 2)  # column-major: their transposes
+    assert _modes(a, b, target=None) == (1, 1)  # CPU ranks: the interpreter reads descriptors too
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["fp32", "unaligned base", "stride not 16 bytes", "neither dim contiguous", "box over 256", "rows not 16 bytes apart"],
+)
+def test_operands_tma_cannot_address_fall_back_to_pointers(case):
+    a = torch.empty(256, 512, dtype=torch.bfloat16)
+    b = torch.empty(512, 384, dtype=torch.bfloat16)
+    cfg, row_step = CFG, 128
+    if case == "fp32":
+        a = a.float()
+    elif case == "unaligned base":
+        a = torch.empty(256 * 512 + 1, dtype=torch.bfloat16)[1:].view(256, 512)
+    elif case == "stride not 16 bytes":
+        a = torch.empty(256, 517, dtype=torch.bfloat16)[:, :512]
+    elif case == "neither dim contiguous":
+        a = torch.empty(512, 1024, dtype=torch.bfloat16)[::2, ::2]
+    elif case == "box over 256":
+        cfg = Config(block_m=512, block_n=256, block_k=64)
+    elif case == "rows not 16 bytes apart":  # a column-major a whose tiles start at rows 8k + 4
+        a, row_step = a.t().contiguous().t(), 4
+    assert _modes(a, b, cfg=cfg, row_step=row_step)[0] == 0
+    assert _modes(a, b, cfg=cfg, row_step=row_step)[1] == 1  # b is read by TMA all the same
+
+
+@pytest.mark.parametrize("target", [GPUTarget("cuda", 80, 32), GPUTarget("hip", "gfx942", 64)])
+def test_targets_without_tma_read_through_pointers(target):
+    a = torch.empty(256, 512, dtype=torch.bfloat16)
+    assert _modes(a, a.t(), target=target) == (0, 0)
+
+
+def test_the_scratch_allocator_is_set_for_the_launch_alone():
+    from triton.runtime import _allocation
+
+    seen = []
+    before = _allocation._allocator.get()
+    operations._with_scratch(lambda: seen.append(_allocation._allocator.get()), True)
+    assert seen == [operations._scratch]
+    assert _allocation._allocator.get() is before  # the caller's allocator (here: none) untouched
+    operations._with_scratch(lambda: seen.append(_allocation._allocator.get()), False)
+    assert seen[-1] is before

@@ -24,10 +24,17 @@ description words never specialized. Cases:
 
 ``compile_all(rank, world_size, target_name, backend)`` -> ``(count, failures)``; the Gluon
 kernels' signatures are also checked to begin with the Triton kernels' parameters, in order.
+Compiled for sm_90, the Triton kernels' register spills are checked too (``ptxas -v`` of their
+PTX, the assembler Triton itself uses): at most ``SPILL_BOUND`` bytes a thread. Spills were the
+reductions' hidden cost twice (0.4-0.9 ms of a 4 ms kernel, BENCHMARKS.md), each time from a
+change that compiled and passed every other test.
 """
 
 import contextlib
 import importlib
+import re
+import subprocess
+import tempfile
 
 import torch
 import triton
@@ -59,6 +66,23 @@ _KERNELS = ("matmul_all_gather_kernel", "all_gather_matmul_kernel", "matmul_redu
 _CORE = "matmul_kernel"
 #: Constexprs of the Triton kernels alone (how they read the operands: ``operand_modes``).
 _TRITON_ONLY = {"A_MODE", "B_MODE"}
+
+
+#: Bytes a thread may spill to local memory (the Triton kernels on sm_90; 40 at most today).
+SPILL_BOUND = 128
+
+
+def _spills(kernel, arch: int) -> int:
+    """Bytes a thread of compiled ``kernel`` stores to local memory when its PTX is assembled for
+    sm_``arch``a (``ptxas -v``, the ptxas Triton uses)."""
+    from triton.backends.nvidia.compiler import get_ptxas
+
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
+        f.write(kernel.asm["ptx"])
+        f.flush()
+        run = subprocess.run([get_ptxas(arch).path, f"-arch=sm_{arch}a", "-v", f.name, "-o", "/dev/null"],
+                             capture_output=True, text=True, check=True)  # fmt: skip
+    return sum(int(n) for n in re.findall(r"(\d+) bytes spill stores", run.stderr))
 
 
 def _kernel_names(K) -> tuple[str, ...]:
@@ -230,7 +254,12 @@ def compile_all(rank, world_size, target_name, backend, every: bool = False):
     all_cases = [c for c in cases(backend, target) if every or _in_ci(c[0])]
     for label, fn, sig, constexprs, options in all_cases:
         try:
-            triton.compile(Source(fn, sig, constexprs, attrs=_aligned(sig)), target=target, options=options)
+            kernel = triton.compile(Source(fn, sig, constexprs, attrs=_aligned(sig)), target=target, options=options)
         except Exception as e:  # noqa: BLE001 - every failure is reported
             failures.append(f"{label}: {type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}")
+            continue
+        if backend == "triton" and target.backend == "cuda":
+            spilled = _spills(kernel, target.arch)
+            if spilled > SPILL_BOUND:
+                failures.append(f"{label}: spills {spilled} bytes a thread to local memory (at most {SPILL_BOUND})")
     return len(all_cases), failures

@@ -143,13 +143,6 @@ def check_dot_fma(rank, world_size):
         assert torch.allclose(c.double(), want, atol=1e-4, rtol=1e-5), f"{dtype}: max error {(c - want).abs().max()}"
 
 
-@img.interpret()
-@gluon.jit
-def shared_memory_kernel(x_ptr, N: gl.constexpr):
-    smem = gl.allocate_shared_memory(gl.float32, [N], gl.SwizzledSharedLayout(1, 1, 1, [0]))
-    smem.store(gl.zeros([N], gl.float32, gl.BlockedLayout([1], [32], [4], [0])))
-
-
 @gluon.jit
 def _worker(x_ptr):
     pass
@@ -163,20 +156,8 @@ def warp_specialize_kernel(x_ptr, N: gl.constexpr):
 
 @img.interpret()
 @gluon.jit
-def hopper_tma_kernel(x_ptr, N: gl.constexpr):
-    gl.nvidia.hopper.tma.async_copy_global_to_shared(x_ptr, [0], x_ptr, x_ptr)
-
-
-@img.interpret()
-@gluon.jit
-def mbarrier_kernel(x_ptr, N: gl.constexpr):
-    gl.nvidia.hopper.mbarrier.init(x_ptr, count=1)
-
-
-@img.interpret()
-@gluon.jit
-def wgmma_kernel(x_ptr, N: gl.constexpr):
-    gl.nvidia.hopper.warpgroup_mma(x_ptr, x_ptr, x_ptr)
+def tcgen05_kernel(x_ptr, N: gl.constexpr):
+    gl.nvidia.blackwell.tcgen05_mma(x_ptr, x_ptr, x_ptr)
 
 
 @img.interpret()
@@ -192,11 +173,8 @@ def async_copy_kernel(x_ptr, N: gl.constexpr):
 
 
 UNSUPPORTED = {
-    "shared_memory_kernel": ("gl.allocate_shared_memory", "shared memory"),
     "warp_specialize_kernel": ("gl.warp_specialize", "warp specialization"),
-    "hopper_tma_kernel": ("gl.nvidia.hopper.tma.async_copy_global_to_shared", "TMA"),
-    "mbarrier_kernel": ("gl.nvidia.hopper.mbarrier.init", "mbarriers"),
-    "wgmma_kernel": ("gl.nvidia.hopper.warpgroup_mma", "MMA (wgmma)"),
+    "tcgen05_kernel": ("gl.nvidia.blackwell.tcgen05_mma", "MMA (tcgen05)"),
     "mfma_kernel": ("gl.amd.cdna3.mfma", "MMA (MFMA)"),
     "async_copy_kernel": ("gl.nvidia.ampere.async_copy.async_copy_global_to_shared", "async copies"),
 }
@@ -235,3 +213,4 @@ def check_language_restored(rank, world_size):
         assert "outside of the scope of a kernel" in str(e), str(e)
     else:
         raise AssertionError("a @gluon.jit function ran on the host outside a kernel")
+

@@ -27,8 +27,13 @@ def increment_kernel(x_ptr, N: gl.constexpr):
 
 
 @gluon.jit
-def shared_memory_kernel(x_ptr, N: gl.constexpr):
-    gl.allocate_shared_memory(gl.float32, [N], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+def _worker(x_ptr):
+    pass
+
+
+@gluon.jit
+def warp_specialize_kernel(x_ptr, N: gl.constexpr):
+    gl.warp_specialize([(_worker, (x_ptr,)), (_worker, (x_ptr,))], [4])  # unsupported on CPU: raises
 
 
 @gluon.jit
@@ -78,7 +83,7 @@ def test_the_scope_is_restored_after_an_exception_inside_it():
     expect_restored(before, "an exception raised by a function decorated with interpret()")
 
     x = torch.zeros(64)
-    for kernel in (shared_memory_kernel, failing_kernel):
+    for kernel in (warp_specialize_kernel, failing_kernel):
         try:
             with img.interpret():
                 kernel[(1,)](x, N=64)

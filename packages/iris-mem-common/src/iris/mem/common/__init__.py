@@ -16,6 +16,8 @@ keeps its names within a minor release, the range the mem layers declare.
 * :func:`gluon_ast_source`: ``GluonASTSource`` from ``triton.experimental.gluon`` (3.9) or its
   ``_runtime`` module (3.6).
 * :func:`gluon_has_barrier`: 3.9 renamed ``gl.thread_barrier`` to ``gl.barrier``.
+* :func:`gluon_has_tma_async_load`: 3.9 renamed Hopper's ``tma.async_copy_global_to_shared`` /
+  ``async_copy_shared_to_global`` to ``tma.async_load`` / ``async_store`` (the old names raise).
 * :data:`ONE_PATCH_PER_LAUNCH`: both releases' interpreters patch ``triton.language`` anew at
   every call of a ``@jit`` device function, a scan of the language's members that dominated a
   CPU-rank collective's time (CHANGELOG). Inside the scope a launch patches ``triton.language``
@@ -57,6 +59,7 @@ __all__ = [
     "aggregate",
     "gluon_ast_source",
     "gluon_has_barrier",
+    "gluon_has_tma_async_load",
     "both_languages",
 ]
 
@@ -97,6 +100,14 @@ def gluon_has_barrier() -> bool:
     from triton.experimental.gluon import language as gl
 
     return hasattr(gl, "barrier")
+
+
+def gluon_has_tma_async_load() -> bool:
+    """Whether Hopper's TMA copies are spelled ``tma.async_load`` / ``tma.async_store`` (3.9) rather
+    than ``tma.async_copy_global_to_shared`` / ``async_copy_shared_to_global`` (3.6)."""
+    from triton.experimental.gluon.language.nvidia.hopper import tma
+
+    return hasattr(tma, "async_load")
 
 
 # -- scoped patches --------------------------------------------------------------------------------

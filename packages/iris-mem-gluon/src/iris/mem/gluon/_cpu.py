@@ -13,13 +13,17 @@ language:
 * ``gl.barrier`` / ``gl.thread_barrier`` are no-ops (a program is one thread on CPU);
   ``gl.num_warps()`` is the launch's ``num_warps`` (default 4), ``gl.num_ctas()`` is 1;
 * ``gl.dot_fma`` and ``gl.nvidia.ampere.mma_v2`` (whose operands are registers) are ``tl.dot``
-  in IEEE fp32 (``mma_v2`` widens bf16 operands to fp32 first).
+  in IEEE fp32 (``mma_v2`` widens bf16 operands to fp32 first);
+* Hopper's primitives have CPU meanings (``_cpu_hopper``): shared memory is a buffer of the
+  program, a TMA copy moves its tile at once, ``warpgroup_mma`` is ``tl.dot``, mbarriers and
+  fences do nothing (a copy is complete when its call returns), so a Hopper kernel's data
+  movement and arithmetic run on CPU ranks; its synchronization is not checked there.
 
-What the CPU cannot model raises :class:`UnsupportedOnCPUError` naming the construct: shared
-memory (``gl.allocate_shared_memory``), warp specialization, TMA, mbarriers, async copies,
-the other MMA instructions (wgmma, tcgen05, MFMA, WMMA, whose operands live in shared or tensor
-memory or in target layouts), inline assembly, tensor memory, and every other target intrinsic
-under ``gl.nvidia`` / ``gl.amd``.
+What the CPU cannot model raises :class:`UnsupportedOnCPUError` naming the construct: warp
+specialization, Ampere's async copies, the other MMA instructions (tcgen05, MFMA, WMMA, whose
+operands live in tensor memory or in target layouts), Blackwell's and AMD's TMA and tensor
+movers, inline assembly, tensor memory, and every other target intrinsic under ``gl.nvidia`` /
+``gl.amd``.
 
 What is patched, and for how long. Importing ``iris.mem.gluon`` patches nothing. While a thread
 is inside :class:`interpret` (and ``TRITON_INTERPRET=1``), Triton's ``GluonJITFunction`` class
@@ -50,6 +54,8 @@ from triton.runtime.errors import InterpreterError
 from triton.runtime.jit import JITFunction
 
 from iris.mem import common as _compat
+
+from . import _cpu_hopper
 
 __all__ = ["UnsupportedOnCPUError", "interpret"]
 
@@ -321,16 +327,17 @@ _SPECIAL = {
     "num_ctas": _num_ctas,
     "dot_fma": _register_dot,
     "static_range": _static_range,
+    **_cpu_hopper.SPECIAL,
 }
 
 #: Target intrinsics the CPU runs anyway, by their qualified names: register-operand MMA is a dot.
 _TARGET_SPECIAL = {
     "gl.nvidia.ampere.mma_v2": _register_dot,
+    **_cpu_hopper.TARGET_SPECIAL,
 }
 
 #: Root-level Gluon constructs the CPU cannot model, with what they are.
 _UNSUPPORTED = {
-    "allocate_shared_memory": "shared memory",
     "warp_specialize": "warp specialization",
     "bank_conflicts": "shared-memory bank-conflict queries",
     "to_linear_layout": "linear-layout queries",

@@ -344,10 +344,10 @@ def _matmul_reduce(name: str, a, b, op, out, heap, config) -> torch.Tensor:
             target = out if _heap_buffer(heap, out) else _staging(call, "out", (m, n), a.dtype)
         launch.describe(call, m, k, n, partials, None if reduce_scatter else target, op=op,
                         on_heap=(False, not reduce_scatter and target is out))  # fmt: skip
-        launch.run(call, launch.kernels.matmul_reduce_kernel, row_step=rows, a=a, b=b, out=target, partials=partials, flags=flags,
-                   M=m, N=n, K=k, rows=rows, stride_am=a.stride(0), stride_ak=a.stride(1), stride_bk=b.stride(0),
-                   stride_bn=b.stride(1), stride_om=target.stride(0), stride_on=target.stride(1), OP=code,
-                   ALL_REDUCE=not reduce_scatter, W=w)  # fmt: skip
+        launch.run(call, launch.kernels.matmul_reduce_kernel, row_step=rows, a=a, b=b, out=target, partials=partials,
+                   flags=flags, M=m, N=n, K=k, rows=rows, stride_am=a.stride(0), stride_ak=a.stride(1),
+                   stride_bk=b.stride(0), stride_bn=b.stride(1), stride_om=target.stride(0),
+                   stride_on=target.stride(1), OP=code, ALL_REDUCE=not reduce_scatter, W=w)  # fmt: skip
         if target is not out:
             call.copy(out, target)
     return out

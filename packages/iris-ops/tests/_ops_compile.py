@@ -24,8 +24,8 @@ description words never specialized. Cases:
 
 ``compile_all(rank, world_size, target_name, backend)`` -> ``(count, failures)``; the Gluon
 kernels' signatures are also checked to begin with the Triton kernels' parameters, in order.
-Compiled for sm_90, the Triton kernels' register spills are checked too (``ptxas -v`` of their
-PTX, the assembler Triton itself uses): at most ``SPILL_BOUND`` bytes a thread. Spills were the
+Compiled for sm_90, every kernel's register spills are checked too (``ptxas -v`` of its PTX, the
+assembler Triton itself uses): at most ``SPILL_BOUND`` bytes a thread. Spills were the
 reductions' hidden cost twice (0.4-0.9 ms of a 4 ms kernel, BENCHMARKS.md), each time from a
 change that compiled and passed every other test.
 """
@@ -68,7 +68,7 @@ _CORE = "matmul_kernel"
 _TRITON_ONLY = {"A_MODE", "B_MODE"}
 
 
-#: Bytes a thread may spill to local memory (the Triton kernels on sm_90; 40 at most today).
+#: Bytes a thread may spill to local memory (on sm_90; 40 at most today, Triton backend).
 SPILL_BOUND = 128
 
 
@@ -258,7 +258,7 @@ def compile_all(rank, world_size, target_name, backend, every: bool = False):
         except Exception as e:  # noqa: BLE001 - every failure is reported
             failures.append(f"{label}: {type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}")
             continue
-        if backend == "triton" and target.backend == "cuda":
+        if target.backend == "cuda":
             spilled = _spills(kernel, target.arch)
             if spilled > SPILL_BOUND:
                 failures.append(f"{label}: spills {spilled} bytes a thread to local memory (at most {SPILL_BOUND})")

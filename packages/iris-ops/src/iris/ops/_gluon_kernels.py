@@ -270,24 +270,9 @@ def matmul_reduce_kernel(
     LOAD_A: gl.constexpr, LOAD_B: gl.constexpr, ACC: gl.constexpr, DOT_A: gl.constexpr, DOT_B: gl.constexpr,
     STORE: gl.constexpr, USE_MMA_V2: gl.constexpr,
 ):  # fmt: skip
-    """Rows [o*rows, (o+1)*rows) of ``sum_r a_r @ b_r`` (``OP`` over ranks, in rank order) on rank o
-    (a: M x K, b: K x N): into the local ``out`` (rows x N), or with ``ALL_REDUCE`` into every
-    rank's ``out`` (M x N, a heap buffer the same on every rank) at those rows.
-
-    ``partials`` (W x rows x N, of ``out``'s dtype) and ``flags`` (one FLAGS-wide row per tile of
-    a group) are this rank's exchange buffer, at the same heap offset on every rank: rank s stores
-    its partial of a tile of group o into rank o's ``partials[s]`` and raises its lane of the
-    tile's row there. ``W``: the world size (the reduction unrolls over it).
-
-    A program takes its tiles one at a time and computes each in every group, its own last (so
-    every rank computes a tile's partials at about the same time, and the owner finds them there
-    when its own is done). A partial's flag is raised one product late: after the program's next
-    product, under which its stores drained (a release right after them would wait for them:
-    ``signal``); the last one sent before the owner's own product is raised after that product,
-    before the owner waits, so every rank has raised all its flags of a tile before it waits for
-    any of that tile. The owner stores its own partial like the others (its lane raised locally: only its own threads
-    read it, after the barrier that ends ``wait_flags``) and reduces the tile _REDUCE_ROWS rows at
-    a time."""
+    """``_triton_kernels.matmul_reduce_kernel`` in Gluon (its docstring: the exchange buffer, the
+    order of the products, when flags are raised and waited for), with the store layout
+    (``STORE``) for the partials and the reduction."""
     ctx, tr, epoch, go = proto.begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, FLAGS, SCOPE, TRACE)
     tiles_m = gl.cdiv(rows, BLOCK_M)
     tiles_n = gl.cdiv(N, BLOCK_N)

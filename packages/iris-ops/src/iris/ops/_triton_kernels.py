@@ -267,9 +267,9 @@ def matmul_reduce_kernel(
     product, under which its stores drained (a release right after them would wait for them:
     ``signal``); the last one sent before the owner's own product is raised after that product,
     before the owner waits, so every rank has raised all its flags of a tile before it waits for
-    any of that tile. The owner stores its own partial like the others (its lane raised locally: only its own threads
-    read it, after the barrier that ends ``wait_flags``) and reduces the tile _REDUCE_ROWS rows at
-    a time."""
+    any of that tile. The owner stores its own partial like the others (its lane raised locally:
+    only its own threads read it, after the barrier that ends ``wait_flags``) and reduces the tile
+    _REDUCE_ROWS rows at a time."""
     ctx, tr, epoch, go = proto.begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, FLAGS, SCOPE, TRACE)
     tiles_m = tl.cdiv(rows, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)

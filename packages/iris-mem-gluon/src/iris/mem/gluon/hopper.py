@@ -39,13 +39,9 @@ if _common.gluon_has_tma_async_load():
 else:
 
     @gluon.jit
-    def tma_load(tensor_desc, coord, barrier, result, pred=True):
-        """The tile of ``tensor_desc`` at ``coord`` into shared memory ``result``; ``barrier`` (an
-        mbarrier expecting its bytes) completes when it has arrived. Skipped where ``pred`` is false."""
+    def tma_load(tensor_desc, coord, barrier, result, pred=True):  # as above, in 3.6's spelling
         tma.async_copy_global_to_shared(tensor_desc, coord, barrier, result, pred)
 
     @gluon.jit
-    def tma_store(tensor_desc, coord, src):
-        """Shared memory ``src`` into the tile of ``tensor_desc`` at ``coord`` (``tma.store_wait``
-        waits for it)."""
+    def tma_store(tensor_desc, coord, src):  # as above, in 3.6's spelling
         tma.async_copy_shared_to_global(tensor_desc, coord, src)

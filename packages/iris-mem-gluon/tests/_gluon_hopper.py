@@ -152,3 +152,62 @@ def compile_hopper_matmul(rank, world_size):
             ptx = triton.compile(source, target=target, options={"num_warps": 4}).asm["ptx"]
             missing[f"{ty}, b transposed {transposed}"] = [k for k, p in HOPPER_PTX.items() if not re.search(p, ptx)]
     return missing
+
+
+#: Faults of ``fault_kernel``, each with words of the error the CPU raises where the GPU would hang
+#: or race (0: none, the kernel is correct).
+FAULTS = {
+    1: "would never return",  # waits for the phase after the one its copy completed
+    2: "mbarrier.expect must cover",  # expects fewer bytes than the copy brings
+    3: "still reads",  # refills the slot an asynchronous MMA reads before waiting for it
+    4: "has not initialized",  # waits on a barrier never initialized
+    5: "mbarrier.expect must cover",  # copies without expecting (the GPU would miss the arrival: a hang)
+}
+
+
+@img.interpret()
+@gluon.jit
+def fault_kernel(a_ptr, c_ptr, FAULT: gl.constexpr, ACC: gl.constexpr, STORE: gl.constexpr):
+    """c = a @ a for one 64 x 64 fp16 tile through two ring slots, with the synchronization fault
+    ``FAULT`` (``FAULTS``) or none."""
+    layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([64, 64], gl.float16)
+    desc = tma.make_tensor_descriptor(a_ptr, [64, 64], [64, 1], [64, 64], layout)
+    bufs = gl.allocate_shared_memory(gl.float16, [2, 64, 64], layout)
+    bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    if FAULT != 4:
+        mbarrier.init(bars.index(0), count=1)
+    mbarrier.init(bars.index(1), count=1)
+    BYTES: gl.constexpr = 64 * 64 * 2
+    if FAULT != 5:
+        mbarrier.expect(bars.index(0), BYTES // 2 if FAULT == 2 else BYTES)
+    hp.tma_load(desc, [0, 0], bars.index(0), bufs.index(0))
+    mbarrier.wait(bars.index(0), 1 if FAULT == 1 else 0)
+    acc = gl.zeros([64, 64], gl.float32, ACC)
+    acc = hopper.warpgroup_mma(bufs.index(0), bufs.index(0), acc, is_async=True)
+    if FAULT != 3:
+        acc = hopper.warpgroup_mma_wait(0, deps=[acc])
+    mbarrier.expect(bars.index(1), BYTES)
+    hp.tma_load(desc, [0, 0], bars.index(1), bufs.index(1 if FAULT != 3 else 0))
+    mbarrier.wait(bars.index(1), 0)
+    acc = hopper.warpgroup_mma_wait(0, deps=[acc])
+    rows = gl.arange(0, 64, layout=gl.SliceLayout(1, STORE))
+    cols = gl.arange(0, 64, layout=gl.SliceLayout(0, STORE))
+    gl.store(c_ptr + rows[:, None] * 64 + cols[None, :], gl.convert_layout(acc, STORE))
+
+
+def check_faults_raise_on_cpu(rank, world_size):
+    """The correct kernel matches torch; each fault raises with its words instead of hanging."""
+    acc, store = hopper_layouts(64)
+    a = torch.randn(64, 64, generator=torch.Generator().manual_seed(5)).half()
+    c = torch.zeros(64, 64)
+    fault_kernel[(1,)](a, c, 0, ACC=acc, STORE=store)
+    assert torch.allclose(c.double(), a.double() @ a.double(), atol=1e-2), "the correct kernel is wrong"
+    got = {}
+    for fault in FAULTS:
+        try:
+            fault_kernel[(1,)](a, c, fault, ACC=acc, STORE=store)
+            got[fault] = None
+        except Exception as e:  # noqa: BLE001 - the exception is the observation
+            got[fault] = f"{type(e).__name__}: {e}"
+    bad = {f: g for f, g in got.items() if g is None or FAULTS[f] not in g}
+    assert not bad, f"faults that did not raise as expected: {bad}"

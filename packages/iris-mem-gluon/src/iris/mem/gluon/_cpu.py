@@ -15,9 +15,10 @@ language:
 * ``gl.dot_fma`` and ``gl.nvidia.ampere.mma_v2`` (whose operands are registers) are ``tl.dot``
   in IEEE fp32 (``mma_v2`` widens bf16 operands to fp32 first);
 * Hopper's primitives have CPU meanings (``_cpu_hopper``): shared memory is a buffer of the
-  program, a TMA copy moves its tile at once, ``warpgroup_mma`` is ``tl.dot``, mbarriers and
-  fences do nothing (a copy is complete when its call returns), so a Hopper kernel's data
-  movement and arithmetic run on CPU ranks; its synchronization is not checked there.
+  program, a TMA copy moves its tile at once, ``warpgroup_mma`` is ``tl.dot``, fences do nothing
+  (a copy is complete when its call returns), and mbarriers keep their phases and byte counts as
+  on the GPU: a Hopper kernel's data movement, arithmetic and single-program synchronization run
+  on CPU ranks (a wait that would hang raises, as does a copy into a slot an MMA still reads).
 
 What the CPU cannot model raises :class:`UnsupportedOnCPUError` naming the construct: warp
 specialization, Ampere's async copies, the other MMA instructions (tcgen05, MFMA, WMMA, whose
@@ -168,6 +169,7 @@ def _python(jit_fn):
 
 
 def _launch(jit_fn, grid, args, kwargs):
+    _cpu_hopper.reset()
     fn = _python(jit_fn)
     g = fn.__globals__
     if not any(inspect.ismodule(v) and v in (tl, _tl_core) for v in g.values()):

@@ -137,6 +137,49 @@ def every_op(rank, world_size, backend, dtype):
         heap.close()
 
 
+#: Tiles that make the Hopper path's ring wrap around within a tile and carry its phases across a
+#: program's tiles: 9 K steps through 3 slots, several tiles a program, edges in every dimension.
+PIPELINE = dict(block_m=64, block_n=64, block_k=16, num_warps=4, num_stages=3, num_programs=2)
+
+
+def pipelined(rank, world_size, backend):
+    """Every operation against torch with ``PIPELINE``'s tiles on shapes TMA can address (16-byte
+    strides), bf16 row-major and fp16 column-major: on the Gluon backend of a Hopper GPU (and of CPU
+    ranks, which answer as sm_90) the TMA + wgmma path, checked to be the one taken."""
+    from iris.ops import operations
+    from iris.ops.config import resolve
+
+    heap = iris.heap.init(HEAP_SIZE)
+    heap.wait_timeout = QUIET
+    w, dev = world_size, heap.device
+    cfg = config(backend, **PIPELINE)
+    m, k, n = 100, 136, 120
+    try:
+        for seed, dtype, transposed in ((3, torch.bfloat16, False), (4, torch.float16, True)):
+            a = [sample((m, k), dtype, seed, r, transposed).to(dev) for r in range(w)]
+            b = [sample((k, n), dtype, seed + 100, r, transposed).to(dev) for r in range(w)]
+            ar = [sample((72 * w, k), dtype, seed + 200, r, transposed).to(dev) for r in range(w)]
+            if backend == "gluon":
+                target = operations._target(dev)
+                kernels = operations._kernels("gluon")
+                modes = kernels.operand_modes(target, resolve(cfg, dtype, heap), ar[rank], b[rank], 72)
+                if kernels.product_path(target, dtype) == "wgmma":
+                    assert all(modes.values()), f"rank {rank}: the Hopper path was not taken ({modes})"
+            want = _product(torch.cat(a), b[0], dtype)
+            _close(ops.all_gather_matmul(a[rank], b[0], config=cfg), want, f"pipelined all_gather_matmul {dtype}", rank)
+            want = torch.cat([_product(a[r], b[r], dtype) for r in range(w)], dim=1)
+            _close(ops.matmul_all_gather(a[rank], b[rank], config=cfg), want, f"pipelined matmul_all_gather {dtype}", rank)
+            want = _reduce([_product(ar[r], b[r], dtype) for r in range(w)], "sum", dtype)
+            got = ops.matmul_reduce_scatter(ar[rank], b[rank], config=cfg)
+            _close(got, want[rank * 72 : (rank + 1) * 72], f"pipelined matmul_reduce_scatter {dtype}", rank)
+            want = _reduce([_product(a[r], b[r], dtype) for r in range(w)], "sum", dtype)
+            _close(ops.matmul_all_reduce(a[rank], b[rank], config=cfg), want, f"pipelined matmul_all_reduce {dtype}", rank)
+        heap.check_device_errors()
+        return True
+    finally:
+        heap.close()
+
+
 def empty_and_degenerate(rank, world_size, backend):
     """Shapes with nothing to compute still pair up with the peers (a barrier); K = 0 gives zeros."""
     heap = iris.heap.init(HEAP_SIZE)

@@ -2,7 +2,7 @@
 
 For either backend (``iris.ops._triton_kernels`` / ``_gluon_kernels``), every kernel is lowered for
 a target as a launch would build it: the GPU default tiles of ``iris.ops.config`` for the dtype
-and the product path (``uses_tensor_cores``), the backend's ``launch_options`` computed for that
+and the product path (``product_path``), the backend's ``launch_options`` computed for that
 target (Gluon: layouts with its warp size, 32 on cuda and 64 on hip), ``PRECISION`` as the host
 derives it (fp32: "ieee" and "tf32", by ``torch.backends.cuda.matmul.allow_tf32``), the unit
 strides of contiguous tensors as constexprs (a launch specializes an int equal to 1), and the
@@ -64,10 +64,6 @@ _PROTOCOL = {"FLAGS": 4, "SCOPE": "sys", "TRACE": False, "W": 4}
 _KERNELS = ("matmul_all_gather_kernel", "all_gather_matmul_kernel", "matmul_reduce_kernel")
 #: The GEMM core alone (``local_matmul``'s baseline), where the backend has it.
 _CORE = "matmul_kernel"
-#: Constexprs of the Triton kernels alone (how they read the operands: ``operand_modes``).
-_TRITON_ONLY = {"A_MODE", "B_MODE"}
-
-
 #: Bytes a thread may spill to local memory (on sm_90; 40 at most today, Triton backend).
 SPILL_BOUND = 128
 
@@ -149,8 +145,7 @@ def _launch(K, backend: str, dtype: torch.dtype, target, tf32: bool, warps: int 
     """(constexprs, compile options, warps) of a launch of ``dtype`` inputs on ``target`` with
     the GPU default tiles (``warps`` instead of the default's warps, unless None)."""
     with _tf32(tf32):
-        mma = K.uses_tensor_cores(target, dtype)
-        tiles = _config._defaults(backend, dtype, True, mma)
+        tiles = _config._defaults(backend, dtype, True, K.product_path(target, dtype))
         if warps is not None:
             tiles["num_warps"] = warps
         cfg = Config(backend=backend, **tiles)
@@ -179,7 +174,8 @@ def cases(backend: str, target) -> list[tuple[str, object, dict, dict, dict]]:
         for tf32 in (False, True) if dtype == torch.float32 else (False,):
             kind = f"{ty} {'tf32' if tf32 else 'ieee'}" if dtype == torch.float32 else ty
             constexprs, options, warps = _launch(K, backend, dtype, target, tf32, WARPS)
-            mma = "mma_v2" if constexprs.get("USE_MMA_V2") else "fma" if "USE_MMA_V2" in constexprs else "tl.dot"
+            with _tf32(tf32):
+                mma = K.product_path(target, dtype)
             for name, fn, flags in _variants(K, _OPS[kind]):
                 label = f"{name} {kind} ({mma})"
                 base = {**constexprs, **flags, **_PROTOCOL}
@@ -192,11 +188,14 @@ def cases(backend: str, target) -> list[tuple[str, object, dict, dict, dict]]:
                     runs.append((f"{label} gpu scope", {**base, "SCOPE": "gpu"}, False, _UNIT_STRIDES))
                 if ty == "bf16":
                     runs.append((f"{label} sizes 1", base, True, _UNIT_STRIDES))
-                    cfg = Config(backend=backend, **_config._defaults(backend, dtype, True, True))
+                    cfg = Config(backend=backend, **_config._defaults(backend, dtype, True, mma))
                     modes = _modes(K, target, cfg, dtype, True)
                     if modes and modes != _modes(K, target, cfg, dtype, False):
                         runs.append((f"{label} column-major operands", {**base, **modes}, False,
                                      _COLUMN_MAJOR_STRIDES))  # fmt: skip
+                    if mma == "wgmma":  # operands TMA cannot address: the portable path on the same tiles
+                        runs.append((f"{label} pointer operands", {**base, "A_MODE": 0, "B_MODE": 0}, False,
+                                     _UNIT_STRIDES))  # fmt: skip
                 for run_label, values, ones, units in runs:
                     sig, values = _signature(fn, ty, values, ones, units)
                     out.append((run_label, fn, sig, values, {"num_warps": warps, **options}))
@@ -211,13 +210,12 @@ def cases(backend: str, target) -> list[tuple[str, object, dict, dict, dict]]:
 
 
 def _signature_mismatches() -> list[str]:
-    """The Gluon kernels take the Triton kernels' parameters (less the Triton kernels' operand
-    modes, which only their ``operand_modes`` returns), in order, then only layout constexprs."""
+    """The Gluon kernels take the Triton kernels' parameters, in order, then only layout constexprs."""
     T = importlib.import_module("iris.ops._triton_kernels")
     G = importlib.import_module("iris.ops._gluon_kernels")
     bad = [f"{name}: in the triton backend only" for name in _kernel_names(T) if not hasattr(G, name)]
     for name in _KERNELS + ((_CORE,) if hasattr(T, _CORE) and hasattr(G, _CORE) else ()):
-        t = [(n, c) for n, c, _ in _internals.parameters(getattr(T, name)) if n not in _TRITON_ONLY]
+        t = [(n, c) for n, c, _ in _internals.parameters(getattr(T, name))]
         g = [(n, c) for n, c, _ in _internals.parameters(getattr(G, name))]
         if g[: len(t)] != t or not all(c for _, c in g[len(t) :]):
             bad.append(f"{name}: the gluon signature {g} does not extend the triton signature {t}")
@@ -227,9 +225,9 @@ def _signature_mismatches() -> list[str]:
 #: The cases CI compiles (a GEMM kernel takes seconds to compile on a CPU core): every kernel
 #: variant once in bf16, the reductions with sizes of 1, IEEE fp32 (Gluon's FMA path), tracing,
 #: gpu scope and a default-tiles case; ``every=True`` compiles every case.
-_CI = ("bf16 (", "matmul_reduce_scatter bf16 (mma_v2) sizes 1", "matmul_reduce_scatter bf16 (tl.dot) sizes 1",
-       "matmul_all_reduce fp32 ieee", "matmul_all_reduce bf16 (mma_v2) traced", "matmul_all_reduce bf16 (tl.dot) traced",
-       "matmul_reduce_scatter fp16", "default tiles", "column-major operands")  # fmt: skip
+_CI = ("bf16 (", "matmul_reduce_scatter bf16 (wgmma) sizes 1", "matmul_reduce_scatter bf16 (tl.dot) sizes 1",
+       "matmul_all_reduce fp32 ieee", "matmul_all_reduce bf16 (wgmma) traced", "matmul_all_reduce bf16 (tl.dot) traced",
+       "matmul_reduce_scatter fp16", "default tiles", "column-major operands", "pointer operands")  # fmt: skip
 
 
 def _in_ci(label: str) -> bool:
@@ -237,6 +235,8 @@ def _in_ci(label: str) -> bool:
         return label.startswith("matmul_all_reduce")
     if label.endswith("column-major operands"):
         return label.startswith(("matmul_reduce_scatter", "all_gather_matmul bf16"))
+    if label.endswith("pointer operands"):
+        return label.startswith("matmul_reduce_scatter")
     if label.endswith(("traced", "sizes 1", "gpu scope")):
         return any(label.startswith(p) or p in label for p in _CI[1:])
     return "bf16 (" in label or any(label.startswith(p) for p in _CI[3:])

@@ -27,6 +27,11 @@ def test_every_op_matches_torch_and_all_reduce_agrees_bitwise(world, backend, wo
     assert world.run(_ops_cases.every_op, world_size, backend, dtype) == [True] * world_size
 
 
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_a_pipeline_deeper_than_its_ring_and_persistent_over_tiles_matches_torch(world, backend, world_size):
+    assert world.run(_ops_cases.pipelined, world_size, backend) == [True] * world_size
+
+
 @pytest.mark.parametrize("world_size", [1, 3])
 def test_empty_calls_pair_up_and_an_empty_inner_dim_gives_zeros(world, backend, world_size):
     assert world.run(_ops_cases.empty_and_degenerate, world_size, backend) == [True] * world_size

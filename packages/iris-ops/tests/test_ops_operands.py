@@ -1,5 +1,6 @@
-"""How the Triton kernels read their operands (``operand_modes``: TMA descriptors or pointers), and
-the scratch that descriptors built on the device need at launch. No ranks: host code alone."""
+"""How the kernels read their operands (``operand_modes``: TMA descriptors or pointers; the Gluon backend
+takes both or neither), and the scratch that descriptors built on the device need at launch. No ranks:
+host code alone."""
 
 import pytest
 import torch
@@ -67,3 +68,42 @@ def test_the_scratch_allocator_is_set_for_the_launch_alone():
     assert _allocation._allocator.get() is before  # the caller's allocator (here: none) untouched
     operations._with_scratch(lambda: seen.append(_allocation._allocator.get()), False)
     assert seen[-1] is before
+
+
+def _gluon_modes(a, b, target=HOPPER, cfg=CFG, row_step=128):
+    from iris.ops import _gluon_kernels as G
+
+    m = G.operand_modes(target, cfg, a, b, row_step)
+    return m["A_MODE"], m["B_MODE"]
+
+
+def test_the_gluon_hopper_path_takes_both_operands_by_tma_or_neither():
+    a = torch.empty(256, 512, dtype=torch.bfloat16)
+    b = torch.empty(512, 384, dtype=torch.bfloat16)
+    assert _gluon_modes(a, b) == (1, 1)
+    assert _gluon_modes(a.t().contiguous().t(), b) == (2, 1)
+    assert _gluon_modes(a, b, target=None) == (1, 1)  # CPU ranks answer as sm_90
+    ragged = torch.empty(512, 389, dtype=torch.bfloat16)[:, :384]  # b's rows not 16 bytes apart
+    assert _gluon_modes(a, ragged) == (0, 0)  # wgmma reads A from shared memory too: the portable path
+
+
+@pytest.mark.parametrize(
+    "case", ["fp32", "sm_80", "sm_100", "gfx942", "half a warpgroup of rows", "instruction over 256 columns"]
+)
+def test_the_gluon_portable_path_serves_the_rest(case):
+    a = torch.empty(256, 512, dtype=torch.bfloat16)
+    b = torch.empty(512, 384, dtype=torch.bfloat16)
+    target, cfg = HOPPER, CFG
+    if case == "fp32":
+        a, b = a.float(), b.float()
+    elif case == "sm_80":
+        target = GPUTarget("cuda", 80, 32)
+    elif case == "sm_100":
+        target = GPUTarget("cuda", 100, 32)
+    elif case == "gfx942":
+        target = GPUTarget("hip", "gfx942", 64)
+    elif case == "half a warpgroup of rows":
+        cfg = Config(block_m=32, block_n=128, block_k=64, num_warps=4)
+    elif case == "instruction over 256 columns":
+        cfg = Config(block_m=64, block_n=512, block_k=64, num_warps=4)
+    assert _gluon_modes(a, b, target=target, cfg=cfg) == (0, 0)

@@ -35,6 +35,8 @@ from iris.ccl import protocol
 from iris.ccl import protocol_triton as proto
 from iris.heap.tracing import EVENTS
 
+from .operands import tma_mode
+
 __all__ = ["all_gather_matmul_kernel", "matmul_all_gather_kernel", "matmul_kernel", "matmul_reduce_kernel"]
 
 _AVG = tl.constexpr(protocol.REDUCE_OPS["avg"])
@@ -367,44 +369,20 @@ def launch_options(config, dtype, target) -> dict:
     return {"num_stages": config.num_stages}
 
 
-#: Largest side of a TMA box, in elements (the hardware's limit).
-_TMA_BOX = 256
-
-
-def _tma_mode(t, rows_block: int, cols_block: int, row_step: int) -> int:
-    """``_operand``'s MODE for matrix ``t`` read in ``rows_block`` x ``cols_block`` tiles whose
-    first rows are multiples of ``row_step``: a descriptor (1: row-major, 2: column-major) where
-    TMA can address ``t``, else 0 (pointers).
-
-    TMA needs a 16-byte aligned base, 16-byte multiples as strides but the unit one, boxes of at
-    most 256 elements a side and (for a descriptor of the transpose, whose inner coordinate is
-    then a row) rows starting 16 bytes apart. Only 16-bit dtypes take it: fp32 keeps the pointer
-    loads it was measured with."""
-    size = t.element_size()
-    if size != 2 or t.data_ptr() % 16 or max(rows_block, cols_block) > _TMA_BOX:
-        return 0
-    stride_r, stride_c = t.stride()
-    if stride_c == 1 and stride_r * size % 16 == 0:
-        return 1
-    if stride_r == 1 and stride_c * size % 16 == 0 and row_step * size % 16 == 0:
-        return 2
-    return 0
-
-
 def operand_modes(target, config, a, b, row_step: int) -> dict:
     """The ``A_MODE`` and ``B_MODE`` constexprs of a launch on ``target`` (None: CPU ranks) with
     ``config``'s tiles: TMA descriptors on Hopper and later NVIDIA GPUs where the operands allow
-    (``_tma_mode``), and on CPU ranks (Triton's interpreter reads descriptors as masked loads, so
-    the Hopper path's logic runs there); pointers elsewhere. ``row_step``: the rows between the
+    (``iris.ops.operands.tma_mode``), and on CPU ranks (Triton's interpreter reads descriptors as
+    masked loads, so the Hopper path's logic runs there); pointers elsewhere. ``row_step``: the rows between the
     first rows of ``a``'s tiles (a reduction starts each rank's group ``rows`` in)."""
     if target is not None and not (target.backend == "cuda" and target.arch >= 90):
         return {"A_MODE": 0, "B_MODE": 0}
     return {
-        "A_MODE": _tma_mode(a, config.block_m, config.block_k, row_step),
-        "B_MODE": _tma_mode(b, config.block_k, config.block_n, config.block_k),
+        "A_MODE": tma_mode(a, config.block_m, config.block_k, row_step),
+        "B_MODE": tma_mode(b, config.block_k, config.block_n, config.block_k),
     }
 
 
-def uses_tensor_cores(target, dtype) -> bool:
-    """Whether the products run on tensor cores: ``tl.dot`` picks them itself wherever the target has them."""
-    return True
+def product_path(target, dtype) -> str:
+    """How the products are computed: ``tl.dot``, which picks the target's tensor cores itself."""
+    return "tl.dot"

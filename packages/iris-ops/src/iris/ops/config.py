@@ -37,8 +37,9 @@ class Config:
     - ``num_programs``: programs of the persistent kernel (each deals tiles with a grid stride).
       The default fills the GPU once, shared among the ranks on it (every program of every rank
       is resident together: ranks wait for one another's tiles); 2 on CPU ranks.
-    - ``num_warps``, ``num_stages``: warps per program; software-pipeline stages of the K loop
-      (Triton; the Gluon backend's portable core double-buffers in registers).
+    - ``num_warps``, ``num_stages``: warps per program; stages of the K loop's pipeline (Triton's
+      software pipelining; the Gluon backend's ring of shared-memory slots on Hopper, at least 2;
+      its portable core double-buffers in registers and ignores it).
     - ``backend``: ``"triton"`` (``tl.dot``) or ``"gluon"``; the host code and the protocol are the same.
     - ``blocking``, ``trace``: as ``iris.ccl.Config``'s (wait and raise at once; record the
       kernel's phases into ``heap.tracing``: entry and exit waits, each tile's product, each
@@ -87,40 +88,43 @@ def _check_range(name: str, v, low: int, high: int) -> None:
 DEFAULT = Config()
 
 
-def _defaults(backend: str, dtype: torch.dtype, gpu: bool, mma: bool) -> dict:
-    """The tiles a call uses unless told otherwise (GPU: chosen for sm_90).
+def _defaults(backend: str, dtype: torch.dtype, gpu: bool, path: str) -> dict:
+    """The tiles a call uses unless told otherwise (GPU: chosen for sm_90), by the backend's
+    product ``path`` for the dtype on the device (its ``product_path``).
 
-    Triton: 128x256x64, 8 warps, 3 stages for 16-bit inputs (144 KiB of shared memory for the
-    pipeline: one program per multiprocessor), 128x128x32 for fp32. Gluon: 128x128x32 with 8 warps
-    on tensor cores (mma_v2), 64x64x16 with 4 warps on FMA units (a K step of 32 spilled 1-6 KB a
-    thread on sm_90: the FMA operands of a step and the next, double-buffered in registers, did
-    not fit; 16 spills none there, nor on gfx942). CPU ranks: 32x32x16 (few, cheap programs under
-    the interpreter).
+    Triton (``"tl.dot"``): 128x256x64, 8 warps, 3 stages for 16-bit inputs (144 KiB of shared
+    memory for the pipeline: one program per multiprocessor), 128x128x32 for fp32. Gluon: on
+    Hopper's wgmma (``"wgmma"``, 16-bit inputs on sm_90) the same 128x256x64 tiles, 8 warps (two
+    warpgroups) and a ring of 3 shared-memory stages; on mma_v2 128x128x32 with 8 warps; on FMA
+    units 64x64x16 with 4 warps (a K step of 32 spilled 1-6 KB a thread on sm_90: the FMA
+    operands of a step and the next, double-buffered in registers, did not fit; 16 spills none
+    there, nor on gfx942). CPU ranks: 32x32x16 (few, cheap programs under the interpreter) and
+    3 stages (Gluon's ring then wraps around within a tile and across tiles).
     """
     if not gpu:
-        return dict(block_m=32, block_n=32, block_k=16, group_m=2, num_warps=4, num_stages=1)
-    if backend == "gluon":
-        if mma:
-            return dict(block_m=128, block_n=128, block_k=32, group_m=8, num_warps=8, num_stages=1)
+        return dict(block_m=32, block_n=32, block_k=16, group_m=2, num_warps=4, num_stages=3)
+    if path == "mma_v2":
+        return dict(block_m=128, block_n=128, block_k=32, group_m=8, num_warps=8, num_stages=1)
+    if path == "fma":
         return dict(block_m=64, block_n=64, block_k=16, group_m=8, num_warps=4, num_stages=1)
     if dtype == torch.float32:
         return dict(block_m=128, block_n=128, block_k=32, group_m=8, num_warps=8, num_stages=3)
     return dict(block_m=128, block_n=256, block_k=64, group_m=8, num_warps=8, num_stages=3)
 
 
-def resolve(config: Config | None, dtype: torch.dtype, heap, *, mma: bool | None = None) -> Config:
+def resolve(config: Config | None, dtype: torch.dtype, heap, *, path: str | None = None) -> Config:
     """``config`` with every ``None`` field but ``num_programs`` filled for ``dtype`` on ``heap``'s
-    device, as an operation fills them (``num_programs`` depends on the call's tiles). ``mma``:
-    whether the backend multiplies ``dtype`` on tensor cores there (the Gluon FMA product takes
-    smaller tiles); None asks the backend, as the operations do."""
+    device, as an operation fills them (``num_programs`` depends on the call's tiles). ``path``:
+    how the backend multiplies ``dtype`` there (its ``product_path``: the tiles depend on it);
+    None asks the backend, as the operations do."""
     if config is None:
         config = DEFAULT
     elif not isinstance(config, Config):
         raise TypeError(f"config must be an iris.ops.Config, got {type(config).__name__}")
-    if mma is None:
+    if path is None:
         from .operations import _kernels, _target  # (operations imports this module)
 
-        mma = _kernels(config.backend).uses_tensor_cores(_target(heap.device), dtype)
-    base = _defaults(config.backend, dtype, heap.device.type == "cuda", mma)
+        path = _kernels(config.backend).product_path(_target(heap.device), dtype)
+    base = _defaults(config.backend, dtype, heap.device.type == "cuda", path)
     chosen = {k: v for k, v in base.items() if getattr(config, k) is None}
     return dataclasses.replace(config, **chosen) if chosen else config

@@ -87,7 +87,7 @@ class _Launch:
         self.gpu = heap.device.type == "cuda"
         self.kernels = _kernels(config.backend if isinstance(config, Config) else "triton")
         self.dtype = a.dtype
-        self.config = cfg = resolve(config, a.dtype, heap, mma=self.kernels.uses_tensor_cores(target, a.dtype))
+        self.config = cfg = resolve(config, a.dtype, heap, path=self.kernels.product_path(target, a.dtype))
         if cfg.num_programs is not None:
             programs = cfg.num_programs
         elif heap.device.type == "cuda":  # every program of every rank on the GPU resident at once

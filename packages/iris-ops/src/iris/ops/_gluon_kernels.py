@@ -219,9 +219,10 @@ def _ring(dtype: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLO
     """``(a_bufs, b_bufs, bars)``: ``STAGES`` shared-memory slots for the A and B tiles of a K step
     as TMA brings them (``_operand``'s boxes and layouts: A's BLOCK_M x BLOCK_K, or BLOCK_K x
     BLOCK_M for mode 2; B's BLOCK_K x BLOCK_N, or BLOCK_N x BLOCK_K), and an mbarrier per slot,
-    initialized (one arrival: ``_load_step``'s expect). None on the portable path."""
+    initialized (one arrival: ``_load_step``'s expect). 0 on the portable path, which has none
+    (Triton 3.6 cannot return None)."""
     if A_MODE == 0:
-        return None
+        return 0
     else:
         if A_MODE == 1:
             a_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_K], dtype)

@@ -27,7 +27,7 @@ def test_every_op_matches_torch_and_all_reduce_agrees_bitwise(world, backend, wo
     assert world.run(_ops_cases.every_op, world_size, backend, dtype) == [True] * world_size
 
 
-@pytest.mark.parametrize("world_size", [2, 3])
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
 def test_a_pipeline_deeper_than_its_ring_and_persistent_over_tiles_matches_torch(world, backend, world_size):
     assert world.run(_ops_cases.pipelined, world_size, backend) == [True] * world_size
 

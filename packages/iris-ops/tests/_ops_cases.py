@@ -143,7 +143,7 @@ PIPELINE = dict(block_m=64, block_n=64, block_k=16, num_warps=4, num_stages=3, n
 
 
 def pipelined(rank, world_size, backend):
-    """Every operation against torch with ``PIPELINE``'s tiles on shapes TMA can address (16-byte
+    """Every operation (and the GEMM core alone) against torch with ``PIPELINE``'s tiles on shapes TMA can address (16-byte
     strides), bf16 row-major and fp16 column-major: on the Gluon backend of a Hopper GPU (and of CPU
     ranks, which answer as sm_90) the TMA + wgmma path, checked to be the one taken."""
     from iris.ops import operations
@@ -174,6 +174,11 @@ def pipelined(rank, world_size, backend):
             _close(got, want[rank * 72 : (rank + 1) * 72], f"pipelined matmul_reduce_scatter {dtype}", rank)
             want = _reduce([_product(a[r], b[r], dtype) for r in range(w)], "sum", dtype)
             _close(ops.matmul_all_reduce(a[rank], b[rank], config=cfg), want, f"pipelined matmul_all_reduce {dtype}", rank)
+            # the GEMM core alone loads a tile's first steps under the previous epilogue: also with
+            # fewer K steps (1) than the ring loads ahead (2)
+            for x, y in ((a[rank], b[rank]), (a[rank][:, :16], b[rank][:16])):
+                want = _product(x, y, dtype)
+                _close(ops.local_matmul(x, y, config=cfg), want, f"pipelined local_matmul K={x.shape[1]} {dtype}", rank)
         heap.check_device_errors()
         return True
     finally:

@@ -174,8 +174,7 @@ def pipelined(rank, world_size, backend):
             _close(got, want[rank * 72 : (rank + 1) * 72], f"pipelined matmul_reduce_scatter {dtype}", rank)
             want = _reduce([_product(a[r], b[r], dtype) for r in range(w)], "sum", dtype)
             _close(ops.matmul_all_reduce(a[rank], b[rank], config=cfg), want, f"pipelined matmul_all_reduce {dtype}", rank)
-            # the GEMM core alone loads a tile's first steps under the previous epilogue: also with
-            # fewer K steps (1) than the ring loads ahead (2)
+            # the GEMM core alone, also with fewer K steps (1) than the ring loads ahead (2)
             for x, y in ((a[rank], b[rank]), (a[rank][:, :16], b[rank][:16])):
                 want = _product(x, y, dtype)
                 _close(ops.local_matmul(x, y, config=cfg), want, f"pipelined local_matmul K={x.shape[1]} {dtype}", rank)

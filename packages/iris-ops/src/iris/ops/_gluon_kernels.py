@@ -135,21 +135,20 @@ def _load_tiles(a_ptrs, b_ptrs, row_ok, col_ok, rk_a, rk_b, k_left):
 @gluon.jit
 def _product(
     a, b, ring, base, m0, m_end, n0, N, K, stride_am, stride_ak, stride_bk, stride_bn, g, stride_gm, stride_gk,
-    first_col, loaded, nxt, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-    BLOCK_K: gl.constexpr, PRECISION: gl.constexpr, GATHER: gl.constexpr, LOAD_A: gl.constexpr, LOAD_B: gl.constexpr,
-    ACC: gl.constexpr, DOT_A: gl.constexpr, DOT_B: gl.constexpr, USE_MMA_V2: gl.constexpr, A_MODE: gl.constexpr,
-    B_MODE: gl.constexpr, WGMMA: gl.constexpr, STAGES: gl.constexpr,
+    first_col, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, PRECISION: gl.constexpr,
+    GATHER: gl.constexpr, LOAD_A: gl.constexpr, LOAD_B: gl.constexpr, ACC: gl.constexpr, DOT_A: gl.constexpr,
+    DOT_B: gl.constexpr, USE_MMA_V2: gl.constexpr, A_MODE: gl.constexpr, B_MODE: gl.constexpr,
+    WGMMA: gl.constexpr, STAGES: gl.constexpr,
 ):  # fmt: skip
     """``(acc, base)``: the fp32 tile ``a[m0 : m0+BLOCK_M, :] @ b[:, n0 : n0+BLOCK_N]`` (``a`` and
     ``b`` as ``_operand`` made them) and the program's K steps so far (``base``, which the Hopper
     path advances). Columns past N and K past K read as 0; rows from ``m_end`` on read as 0
     through pointers, and a descriptor reads the rows of its matrix there (the callers mask them
     out of their stores). With ``GATHER``, where ``first_col`` holds, each A tile is also stored
-    into ``g`` (the same rows, those before ``m_end``). ``loaded`` and ``nxt``: the Hopper
-    path's loads ahead into the program's next tile (``_wgmma_product``)."""
+    into ``g`` (the same rows, those before ``m_end``)."""
     if A_MODE != 0:
-        return _wgmma_product(a, b, ring, base, m0, m_end, n0, K, g, stride_gm, stride_gk, first_col, loaded, nxt,
-                              BLOCK_M, BLOCK_N, BLOCK_K, GATHER, LOAD_A, A_MODE, B_MODE, WGMMA, STAGES)  # fmt: skip
+        return _wgmma_product(a, b, ring, base, m0, m_end, n0, K, g, stride_gm, stride_gk, first_col, BLOCK_M,
+                              BLOCK_N, BLOCK_K, GATHER, LOAD_A, A_MODE, B_MODE, WGMMA, STAGES)  # fmt: skip
     else:
         acc = _register_product(a, b, m0, m_end, n0, N, K, stride_am, stride_ak, stride_bk, stride_bn, g, stride_gm,
                                 stride_gk, first_col, BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, GATHER, LOAD_A, LOAD_B,
@@ -269,25 +268,19 @@ def _load_step(a_desc, b_desc, ring, step, m0, n0, k, pred, BLOCK_M: gl.constexp
 
 @gluon.jit
 def _wgmma_product(
-    a_desc, b_desc, ring, base, m0, m_end, n0, K, g, stride_gm, stride_gk, first_col, loaded, nxt,
+    a_desc, b_desc, ring, base, m0, m_end, n0, K, g, stride_gm, stride_gk, first_col,
     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GATHER: gl.constexpr,
     LOAD_A: gl.constexpr, A_MODE: gl.constexpr, B_MODE: gl.constexpr, WGMMA: gl.constexpr, STAGES: gl.constexpr,
 ):  # fmt: skip
-    """``_product`` on the Hopper path: the first ``STAGES - 1`` K steps are loaded (unless
-    ``loaded``: the previous tile's call did), then each step waits for its slot, is multiplied by
-    ``warpgroup_mma`` asynchronously, waits for the previous step's MMA (one left in flight: the
-    slot it read is free) and loads the step ``STAGES - 1`` ahead into that slot. ``nxt`` is
-    ``(next_a, next_m0, next_n0, has_next)``: where ``has_next``, the steps ahead past this tile's
-    last are the first steps of the program's next tile (A from descriptor ``next_a``, at
-    ``next_m0``, ``next_n0``), so they load while this tile's epilogue runs, and that tile's call
-    gets ``loaded``. (A program whose loop may end before that tile drains them: ``_drain``.) The
-    program's K steps ``base, base + 1, ...`` give the slots and the mbarrier phases (a slot's uses
-    alternate its phase); returns the tile in layout ``WGMMA`` and the next ``base``."""
-    next_a, next_m0, next_n0, has_next = nxt
+    """``_product`` on the Hopper path: the first ``STAGES - 1`` K steps are loaded, then each step
+    waits for its slot, is multiplied by ``warpgroup_mma`` asynchronously, waits for the previous
+    step's MMA (one left in flight: the slot it read is free) and loads the step ``STAGES - 1``
+    ahead into that slot. The program's K steps ``base, base + 1, ...`` give the slots and the
+    mbarrier phases (a slot's uses alternate its phase); returns the tile in layout ``WGMMA``."""
     k_tiles = gl.cdiv(K, BLOCK_K)
     for i in gl.static_range(STAGES - 1):
-        _load_step(a_desc, b_desc, ring, base + i, m0, n0, i, (i < k_tiles) & (loaded == 0), BLOCK_M, BLOCK_N,
-                   BLOCK_K, A_MODE, B_MODE, STAGES)  # fmt: skip
+        _load_step(a_desc, b_desc, ring, base + i, m0, n0, i, i < k_tiles, BLOCK_M, BLOCK_N, BLOCK_K, A_MODE,
+                   B_MODE, STAGES)  # fmt: skip
     a_bufs, b_bufs, bars = ring
     acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, WGMMA)
     for k in range(k_tiles):
@@ -305,30 +298,11 @@ def _wgmma_product(
                 _store_tile(x, g, m0, m_end, k * BLOCK_K, K, stride_gm, stride_gk, BLOCK_M, BLOCK_K, LOAD_A)
         acc = hopper.warpgroup_mma(x, y, acc, is_async=True)
         acc = hopper.warpgroup_mma_wait(1, deps=[acc])
-        ahead = k + STAGES - 1  # this tile's step, or past its last, the next tile's step ahead - k_tiles
+        ahead = k + STAGES - 1
         _load_step(a_desc, b_desc, ring, base + ahead, m0, n0, ahead, ahead < k_tiles, BLOCK_M, BLOCK_N, BLOCK_K,
                    A_MODE, B_MODE, STAGES)  # fmt: skip
-        _load_step(next_a, b_desc, ring, base + ahead, next_m0, next_n0, ahead - k_tiles,
-                   has_next & (ahead >= k_tiles) & (ahead - k_tiles < k_tiles), BLOCK_M, BLOCK_N, BLOCK_K,
-                   A_MODE, B_MODE, STAGES)  # fmt: skip
     acc = hopper.warpgroup_mma_wait(0, deps=[acc])
-    for j in gl.static_range(STAGES - 1):  # the next tile's first steps the loop did not reach (K steps < STAGES - 1)
-        _load_step(next_a, b_desc, ring, base + k_tiles + j, next_m0, next_n0, j,
-                   has_next & (j < k_tiles) & (j + k_tiles < STAGES - 1), BLOCK_M, BLOCK_N, BLOCK_K, A_MODE,
-                   B_MODE, STAGES)  # fmt: skip
     return acc, base + k_tiles
-
-
-@gluon.jit
-def _drain(ring, base, K, pending, BLOCK_K: gl.constexpr, A_MODE: gl.constexpr, STAGES: gl.constexpr):
-    """Where ``pending`` (a program's loop ended before the tile whose first K steps it loaded
-    ahead), wait for those loads: no copy may still write a program's shared memory when it exits."""
-    if A_MODE != 0:
-        a_bufs, b_bufs, bars = ring
-        k_tiles = gl.cdiv(K, BLOCK_K)
-        for i in gl.static_range(STAGES - 1):
-            step = base + i
-            mbarrier.wait(bars.index(step % STAGES), (step // STAGES) & 1, pending & (i < k_tiles))
 
 
 @gluon.jit
@@ -378,18 +352,14 @@ def matmul_all_gather_kernel(
     b_op = _operand(b, K, N, stride_bk, stride_bn, BLOCK_K, BLOCK_N, B_MODE)
     ring = _ring(a.dtype.element_ty, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, A_MODE, B_MODE)
     base = 0  # K steps so far (the Hopper path's ring slots and phases)
-    loaded = 0  # whether the Hopper path loaded this tile's first K steps ahead, under the last epilogue
     t = gl.program_id(0)
-    pid_m, pid_n = _tile_of(t, tiles_m, tiles_n, GROUP_M)
     while go & (t < tiles_m * tiles_n):
-        nt = t + gl.num_programs(0)
-        next_m, next_n = _tile_of(nt, tiles_m, tiles_n, GROUP_M)
+        pid_m, pid_n = _tile_of(t, tiles_m, tiles_n, GROUP_M)
         h = tr.record_start(_TILE, ctx.rank, _tile_bytes(c, BLOCK_M, BLOCK_N))
         acc, base = _product(a_op, b_op, ring, base, pid_m * BLOCK_M, M, pid_n * BLOCK_N, N, K, stride_am,
-                             stride_ak, stride_bk, stride_bn, c, 0, 0, False, loaded,
-                             (a_op, next_m * BLOCK_M, next_n * BLOCK_N, nt < tiles_m * tiles_n), BLOCK_M, BLOCK_N,
-                             BLOCK_K, PRECISION, False, LOAD_A, LOAD_B, ACC, DOT_A, DOT_B, USE_MMA_V2, A_MODE, B_MODE,
-                             WGMMA, STAGES)  # fmt: skip
+                             stride_ak, stride_bk, stride_bn, c, 0, 0, False, BLOCK_M, BLOCK_N, BLOCK_K, PRECISION,
+                             False, LOAD_A, LOAD_B, ACC, DOT_A, DOT_B, USE_MMA_V2, A_MODE, B_MODE, WGMMA,
+                             STAGES)  # fmt: skip
         out = _finished(acc, c.dtype.element_ty, STORE)
         tr.record_end(h)
         rm = _rows(pid_m * BLOCK_M, BLOCK_M, STORE)
@@ -402,9 +372,7 @@ def matmul_all_gather_kernel(
             h = tr.record_start(_REMOTE_STORE, to, _tile_bytes(c, BLOCK_M, BLOCK_N))
             ctx.store(ptrs, out, to, mask=mask)
             tr.record_end(h)
-        t = nt
-        pid_m, pid_n = next_m, next_n
-        loaded = 1
+        t += gl.num_programs(0)
     proto.finish(ctx, tr, sync, epoch, go, FLAGS, SCOPE)
 
 
@@ -434,12 +402,10 @@ def all_gather_matmul_kernel(
         s = (ctx.rank + t // per_rank) % ctx.world_size
         pid_m, pid_n = _tile_of(t % per_rank, tiles_m, tiles_n, GROUP_M)
         h = tr.record_start(_TILE, s, _tile_bytes(c, BLOCK_M, BLOCK_N))
-        # rank s's a. (No loads ahead into the next tile: its descriptor, rebuilt here, may still be
-        # in use by them.)
-        a_op = _operand(ctx.translate(a, s), m, K, stride_am, stride_ak, BLOCK_M, BLOCK_K, A_MODE)
+        a_op = _operand(ctx.translate(a, s), m, K, stride_am, stride_ak, BLOCK_M, BLOCK_K, A_MODE)  # rank s's a
         acc, base = _product(a_op, b_op, ring, base, pid_m * BLOCK_M, m, pid_n * BLOCK_N, N, K, stride_am,
                              stride_ak, stride_bk, stride_bn, g + s * m * stride_gm, stride_gm, stride_gk, pid_n == 0,
-                             0, (a_op, 0, 0, False), BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, GATHER,
+                             BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, GATHER,
                              LOAD_A, LOAD_B, ACC, DOT_A, DOT_B, USE_MMA_V2, A_MODE, B_MODE, WGMMA, STAGES)  # fmt: skip
         rm = _rows(pid_m * BLOCK_M, BLOCK_M, STORE)
         rn = _cols(pid_n * BLOCK_N, BLOCK_N, STORE)
@@ -504,24 +470,19 @@ def matmul_reduce_kernel(
     # One flat loop over (tile, group) pairs: tile t of the next rank's rows first, of this rank's
     # own last. (Nested loops would let the compiler hoist the tile's index and pointer vectors out
     # of the loop over groups, where they stayed live through the products: registers spilled.)
-    loaded = 0  # whether the Hopper path loaded this pair's first K steps ahead, under the last epilogue
     v = 0
     t = gl.program_id(0)
     while go & (t < tiles_m * tiles_n):
         j = v % W + 1
         o = (ctx.rank + j) % ctx.world_size
         pid_m, pid_n = _tile_of(t, tiles_m, tiles_n, GROUP_M)  # the tile's place in every group
-        nt = gl.program_id(0) + ((v + 1) // W) * gl.num_programs(0)  # the next pair's tile and group
-        next_o = (ctx.rank + (v + 1) % W + 1) % ctx.world_size
-        next_m, next_n = _tile_of(nt, tiles_m, tiles_n, GROUP_M)
         first = o * rows  # the group's first row of a
         end = gl.minimum(first + rows, M)  # rows of a past the group's (or past M) read as 0
         h = tr.record_start(_TILE, o, _tile_bytes(partials, BLOCK_M, BLOCK_N))
         acc, base = _product(a_op, b_op, ring, base, first + pid_m * BLOCK_M, end, pid_n * BLOCK_N, N, K,
-                             stride_am, stride_ak, stride_bk, stride_bn, a, 0, 0, False, loaded,
-                             (a_op, next_o * rows + next_m * BLOCK_M, next_n * BLOCK_N, nt < tiles_m * tiles_n),
-                             BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, False, LOAD_A, LOAD_B, ACC, DOT_A, DOT_B,
-                             USE_MMA_V2, A_MODE, B_MODE, WGMMA, STAGES)  # fmt: skip
+                             stride_am, stride_ak, stride_bk, stride_bn, a, 0, 0, False, BLOCK_M, BLOCK_N, BLOCK_K,
+                             PRECISION, False, LOAD_A, LOAD_B, ACC, DOT_A, DOT_B, USE_MMA_V2, A_MODE, B_MODE, WGMMA,
+                             STAGES)  # fmt: skip
         part = _finished(acc, partials.dtype.element_ty, STORE)
         tr.record_end(h)
         rl = _rows(pid_m * BLOCK_M, BLOCK_M, STORE)  # rows within the group
@@ -560,9 +521,7 @@ def matmul_reduce_kernel(
                         ptrs = out + rc[:, None].to(gl.int64) * stride_om + rn[None, :].to(gl.int64) * stride_on
                         gl.store(ptrs, res, mask=mask)
         v += 1
-        t = nt
-        loaded = 1
-    _drain(ring, base, K, (loaded == 1) & (t < tiles_m * tiles_n), BLOCK_K, A_MODE, STAGES)  # a peer failed
+        t = gl.program_id(0) + (v // W) * gl.num_programs(0)
     proto.finish(ctx, tr, sync, epoch, go, FLAGS, SCOPE)
 
 
@@ -584,24 +543,18 @@ def matmul_kernel(
     b_op = _operand(b, K, N, stride_bk, stride_bn, BLOCK_K, BLOCK_N, B_MODE)
     ring = _ring(a.dtype.element_ty, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, A_MODE, B_MODE)
     base = 0  # K steps so far (the Hopper path's ring slots and phases)
-    loaded = 0  # whether the Hopper path loaded this tile's first K steps ahead, under the last epilogue
     t = gl.program_id(0)
-    pid_m, pid_n = _tile_of(t, tiles_m, tiles_n, GROUP_M)
     while t < tiles_m * tiles_n:
-        nt = t + gl.num_programs(0)
-        next_m, next_n = _tile_of(nt, tiles_m, tiles_n, GROUP_M)
+        pid_m, pid_n = _tile_of(t, tiles_m, tiles_n, GROUP_M)
         acc, base = _product(a_op, b_op, ring, base, pid_m * BLOCK_M, M, pid_n * BLOCK_N, N, K, stride_am,
-                             stride_ak, stride_bk, stride_bn, c, 0, 0, False, loaded,
-                             (a_op, next_m * BLOCK_M, next_n * BLOCK_N, nt < tiles_m * tiles_n), BLOCK_M, BLOCK_N,
-                             BLOCK_K, PRECISION, False, LOAD_A, LOAD_B, ACC, DOT_A, DOT_B, USE_MMA_V2, A_MODE, B_MODE,
-                             WGMMA, STAGES)  # fmt: skip
+                             stride_ak, stride_bk, stride_bn, c, 0, 0, False, BLOCK_M, BLOCK_N, BLOCK_K, PRECISION,
+                             False, LOAD_A, LOAD_B, ACC, DOT_A, DOT_B, USE_MMA_V2, A_MODE, B_MODE, WGMMA,
+                             STAGES)  # fmt: skip
         rm = _rows(pid_m * BLOCK_M, BLOCK_M, STORE)
         rn = _cols(pid_n * BLOCK_N, BLOCK_N, STORE)
         ptrs = c + rm[:, None].to(gl.int64) * stride_cm + rn[None, :].to(gl.int64) * stride_cn
         gl.store(ptrs, _finished(acc, c.dtype.element_ty, STORE), mask=(rm[:, None] < M) & (rn[None, :] < N))
-        t = nt
-        pid_m, pid_n = next_m, next_n
-        loaded = 1
+        t += gl.num_programs(0)
 
 
 # -- host side: the product path and the layouts for a target -------------------------------------

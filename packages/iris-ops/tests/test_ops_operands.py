@@ -14,8 +14,8 @@ HOPPER = GPUTarget("cuda", 90, 32)
 CFG = Config(block_m=128, block_n=256, block_k=64, group_m=8, num_warps=8, num_stages=3)
 
 
-def _modes(a, b, target=HOPPER, cfg=CFG, row_step=128):
-    m = K.operand_modes(target, cfg, a, b, row_step)
+def _modes(a, b, target=HOPPER, cfg=CFG, row_step=128, kernels=K):
+    m = kernels.operand_modes(target, cfg, a, b, row_step)
     return m["A_MODE"], m["B_MODE"]
 
 
@@ -70,11 +70,10 @@ def test_the_scratch_allocator_is_set_for_the_launch_alone():
     assert seen[-1] is before
 
 
-def _gluon_modes(a, b, target=HOPPER, cfg=CFG, row_step=128):
+def _gluon_modes(a, b, target=HOPPER, cfg=CFG):
     from iris.ops import _gluon_kernels as G
 
-    m = G.operand_modes(target, cfg, a, b, row_step)
-    return m["A_MODE"], m["B_MODE"]
+    return _modes(a, b, target, cfg, kernels=G)
 
 
 def test_the_gluon_hopper_path_takes_both_operands_by_tma_or_neither():

@@ -115,7 +115,7 @@ def add_arguments(parser: argparse.ArgumentParser, *, gpu: bool) -> None:
     parser.add_argument("--tiles", type=_tiles_type, default=None, metavar="MxNxK",
                         help="the fused kernels' tile (block_m x block_n x block_k; default iris.ops.Config's)")  # fmt: skip
     parser.add_argument("--num-stages", type=positive_int, default=None,
-                        help="software-pipeline stages of the fused kernels' K loop (Triton; default iris.ops.Config's)")  # fmt: skip
+                        help="stages of the fused kernels' K loop (Triton's pipelining, Gluon's ring on Hopper; default iris.ops.Config's)")  # fmt: skip
     parser.add_argument("--iters", type=positive_int, default=10 if gpu else 1, help="timed samples per path")
     parser.add_argument("--reps", type=positive_int, default=5 if gpu else 1, help="calls queued per sample")
 

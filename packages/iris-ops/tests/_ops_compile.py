@@ -18,9 +18,10 @@ description words never specialized. Cases:
 - ``matmul_kernel`` (the GEMM core alone, ``local_matmul``'s baseline), where the backend has it:
   every dtype, and with sizes 1;
 - the operand modes the backend's ``operand_modes`` picks for row-major operands of the dtype on
-  the target (Triton: TMA descriptors for 16-bit inputs on sm_90, pointers on gfx942 and for
-  fp32), and every variant in bf16 with both operands column-major (descriptors of their
-  transposes on sm_90).
+  the target (both backends: TMA descriptors for 16-bit inputs on sm_90, which on Gluon is its
+  Hopper path, TMA + wgmma; pointers on gfx942 and for fp32), and every variant in bf16 with both
+  operands column-major (descriptors of their transposes on sm_90); on Gluon's wgmma tiles, also
+  with pointer operands (its portable path, which operands TMA cannot address take).
 
 ``compile_all(rank, world_size, target_name, backend)`` -> ``(count, failures)``; the Gluon
 kernels' signatures are also checked to begin with the Triton kernels' parameters, in order.

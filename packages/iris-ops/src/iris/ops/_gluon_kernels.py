@@ -214,6 +214,18 @@ def _operand(x, rows, cols, stride_r, stride_c, BLOCK_R: gl.constexpr, BLOCK_C: 
 
 
 @gluon.jit
+def _slots(dtype: gl.constexpr, ROWS: gl.constexpr, COLS: gl.constexpr, STAGES: gl.constexpr, MODE: gl.constexpr):
+    """``STAGES`` shared-memory boxes of a ROWS x COLS operand tile as ``_operand``'s descriptor of
+    ``MODE`` brings them: ROWS x COLS (mode 1), or the transpose's COLS x ROWS (mode 2)."""
+    if MODE == 1:
+        layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, COLS], dtype)
+        return gl.allocate_shared_memory(dtype, [STAGES, ROWS, COLS], layout)
+    else:
+        layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([COLS, ROWS], dtype)
+        return gl.allocate_shared_memory(dtype, [STAGES, COLS, ROWS], layout)
+
+
+@gluon.jit
 def _ring(dtype: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
           STAGES: gl.constexpr, A_MODE: gl.constexpr, B_MODE: gl.constexpr):  # fmt: skip
     """``(a_bufs, b_bufs, bars)``: ``STAGES`` shared-memory slots for the A and B tiles of a K step
@@ -224,18 +236,8 @@ def _ring(dtype: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLO
     if A_MODE == 0:
         return 0
     else:
-        if A_MODE == 1:
-            a_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_K], dtype)
-            a_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, BLOCK_K], a_layout)
-        else:
-            a_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_K, BLOCK_M], dtype)
-            a_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_K, BLOCK_M], a_layout)
-        if B_MODE == 1:
-            b_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_K, BLOCK_N], dtype)
-            b_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_K, BLOCK_N], b_layout)
-        else:
-            b_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_K], dtype)
-            b_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, BLOCK_K], b_layout)
+        a_bufs = _slots(dtype, BLOCK_M, BLOCK_K, STAGES, A_MODE)
+        b_bufs = _slots(dtype, BLOCK_K, BLOCK_N, STAGES, B_MODE)
         bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for i in gl.static_range(STAGES):
             mbarrier.init(bars.index(i), count=1)

@@ -97,7 +97,7 @@ def main() -> None:
     args = parser.parse_args()
     import torch
 
-    from iris.heap.testing import run
+    from iris.testing.world import run
 
     env = {} if torch.cuda.is_available() else {"TRITON_INTERPRET": "1"}  # CPU ranks: the interpreter
     results = run(_rank, args.ranks, args.rounds, args.calls, args.backend, args.profile, env=env)

@@ -3,7 +3,7 @@
 import _ccl_compile
 import pytest
 
-from iris.heap.testing import World
+from iris.testing.world import World
 
 TARGETS = ("cuda", "hip")
 

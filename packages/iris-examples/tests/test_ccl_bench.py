@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from iris.examples.ccl_bench import traffic
-from iris.heap.testing import run
+from iris.testing.world import run
 
 
 @pytest.mark.parametrize("w", [1, 2, 3, 4])

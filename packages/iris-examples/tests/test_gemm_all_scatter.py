@@ -15,7 +15,7 @@ import pytest
 import torch
 from _cli import run_cli
 
-from iris.heap.testing import WorldPool
+from iris.testing.world import WorldPool
 
 GPU = torch.cuda.is_available()
 #: Without a GPU the ranks run kernels under Triton's interpreter (set before they import triton).

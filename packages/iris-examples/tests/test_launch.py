@@ -45,17 +45,19 @@ def test_a_run_leaves_nothing_in_the_temp_dir(tmp_path):
 
 
 def test_one_failure_type_for_the_launcher_and_the_test_runner():
-    """RankFailedError is defined once, in iris.heap.testing (the layer below may not import this
-    one); the launcher re-exports it, with its per-rank failures, and it survives pickling."""
+    """RankFailedError is defined once, in iris.heap.errors (the layer below may not import this
+    one); the launcher and the test runner re-export it, with its per-rank failures, and it survives pickling."""
     import pickle
 
+    import iris.heap
     from iris.examples import launch
-    from iris.heap import testing
+    from iris.testing import world
 
-    assert launch.RankFailedError is testing.RankFailedError and launch.RankFailure is testing.RankFailure
+    assert launch.RankFailedError is iris.heap.RankFailedError is world.RankFailedError
+    assert launch.RankFailure is iris.heap.RankFailure is world.RankFailure
     err = launch.RankFailedError(failures=[launch.RankFailure(1, 1, "ZeroDivisionError: x", "tb"),
                                            launch.RankFailure(0, 1, "connection closed")])  # fmt: skip
     assert str(err) == "rank 1 failed (exit code 1): ZeroDivisionError: x"
     again = pickle.loads(pickle.dumps(err))
     assert str(again) == str(err) and again.failures == err.failures
-    assert testing.RankFailedError("as the runner raises it").failures == []
+    assert world.RankFailedError("as the runner raises it").failures == []

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from iris.examples.timing import host_seconds, max_over_ranks, time_launches
-from iris.heap.testing import run
+from iris.testing.world import run
 
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

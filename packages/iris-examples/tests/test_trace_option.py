@@ -198,7 +198,7 @@ def compile_instrumented_kernels(rank, world_size):
 
 
 def test_each_instrumented_kernel_has_its_tracing_only_with_trace():
-    from iris.heap.testing import run
+    from iris.testing.world import run
 
     [reads] = run(compile_instrumented_kernels, 1, env={"TRITON_INTERPRET": "0"})
     for name in sorted({name for name, _ in reads}):

@@ -3,16 +3,20 @@
     python packages/iris-heap/examples/heap_demo.py [--ranks 4]
 
 Runs on CPU ranks (shared memory) without a GPU, on one GPU shared by the ranks (CUDA IPC)
-with one.
+with one. Needs nothing but iris-heap: the ranks are started here with torch.multiprocessing, as
+torchrun would start them (``torchrun --nproc-per-node 4`` runs ``demo`` the same way).
 """
 
 import argparse
+import multiprocessing as mp
+import os
+import socket
 import sys
 
 import torch
+import torch.distributed as dist
 
 import iris.heap
-from iris.heap.testing import run
 
 
 def demo(rank, world_size):
@@ -30,6 +34,27 @@ def demo(rank, world_size):
     heap.check_symmetry()
     heap.close()
     return ok, offsets, str(heap.device), heap.transport, stats.used
+
+
+def _rank(rank, fn, world_size, port, results):
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
+                      LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))  # fmt: skip
+    dist.init_process_group("gloo")
+    try:
+        results.put((rank, fn(rank, world_size)))
+    finally:
+        dist.destroy_process_group()
+
+
+def run(fn, world_size):
+    """``fn(rank, world_size)`` on ``world_size`` spawned ranks; the results in rank order."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    results = mp.get_context("spawn").SimpleQueue()
+    # A rank that raises makes spawn raise it here (ProcessRaisedException).
+    torch.multiprocessing.spawn(_rank, args=(fn, world_size, port, results), nprocs=world_size)
+    return [value for _, value in sorted((results.get() for _ in range(world_size)), key=lambda kv: kv[0])]
 
 
 def main() -> int:

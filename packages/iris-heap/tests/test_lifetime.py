@@ -8,6 +8,8 @@ import random
 import resource
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -15,9 +17,10 @@ import pytest
 import torch
 
 import iris.heap
-from iris.heap.testing import RankFailedError, World, run
+from iris.heap import RankFailedError
 from iris.heap.transport import shm
 from iris.heap.transport.shm import ShmTransport
+from iris.testing.world import World, run
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="shared-memory transport is the CPU path")
 
@@ -287,3 +290,45 @@ def test_world_returns_results_in_rank_order_and_recovers_after_failure():
         with pytest.raises(KeyError):
             w.run(_fails_on_rank_one)
         assert w.run(_returns, 7) == [7, 8, 9]
+
+
+def test_importing_the_heap_loads_no_test_runner_and_ignores_its_variable():
+    code = (
+        "import sys, warnings\n"
+        "import iris.heap\n"
+        "assert 'iris.testing.world' not in sys.modules and 'iris.heap.testing' not in sys.modules\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    from iris.heap.testing import World\n"
+        "import iris.testing.world\n"
+        "assert World is iris.testing.world.World, World\n"
+        "assert [w.category for w in caught] == [DeprecationWarning], caught\n"
+        "assert 'iris.testing.world.World' in str(caught[0].message)\n"
+        "try:\n"
+        "    World(1)\n"
+        "except ValueError as e:\n"
+        "    print(e)\n"
+    )
+    env = {**os.environ, "IRIS_TEST_TIMEOUT": "soon"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "IRIS_TEST_TIMEOUT='soon': a test call's bound is a positive number of seconds"
+
+
+def _init_hooks(rank, world_size):
+    seen = []
+    handle = iris.heap.register_init_hook(seen.append)
+    with iris.heap.register_init_hook(lambda h: seen.append(("second", h.serial))):
+        first = iris.heap.init(1 << 20)
+    handle.remove()
+    handle.remove()  # idempotent
+    second = iris.heap.init(1 << 20)
+    assert seen == [first, ("second", first.serial)], seen
+    with pytest.raises(TypeError, match="takes a callable, got int"):
+        iris.heap.register_init_hook(3)
+    second.close()
+    first.close()
+
+
+def test_init_hooks_see_each_new_heap_until_removed(world):
+    world.run(_init_hooks, 2)

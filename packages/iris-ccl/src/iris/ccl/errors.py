@@ -19,7 +19,7 @@ class CollectiveError(HeapError, RuntimeError):
         super().__init__(message)
         self.collective, self.rank = collective, rank
 
-    def __reduce__(self):  # keep the fields across process boundaries (iris.heap.testing.run)
+    def __reduce__(self):  # keep the fields across process boundaries (iris.testing.world.run)
         return (_rebuild, (type(self), str(self), dict(self.__dict__)))
 
 

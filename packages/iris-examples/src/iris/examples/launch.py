@@ -8,8 +8,8 @@ free localhost port, no restarts) and returns the per-rank results in rank order
 Each rank joins torch.distributed (gloo, from the launcher's ``env://`` variables) before the
 example runs, and the results are gathered to rank 0 with ``gather_object``. A rank that raises
 ends the run: the launcher stops the other ranks and ``launch`` raises ``RankFailedError`` with
-the failing rank and its remote traceback (the one failure type of Iris, ``iris.heap.testing``'s,
-whose test runner raises it too; re-exported here).
+the failing rank and its remote traceback (the one failure type of Iris, ``iris.heap.errors``'s,
+which the test runner raises too; re-exported here).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from iris.heap.log import get_logger
 
 # One failure type for every way Iris starts ranks, defined in the layer below (whose test runner
 # raises it too, and which may not import this package) and re-exported here.
-from iris.heap.testing import RankFailedError, RankFailure
+from iris.heap.errors import RankFailedError, RankFailure
 
 __all__ = [
     "RankFailedError",

@@ -9,13 +9,15 @@
 
 from __future__ import annotations
 
-from . import context, errors, log, testing, tracing
+import importlib as _importlib
+
+from . import context, errors, log, tracing
 from .allocator import ALIGNMENT
 from .context import CONTEXT_ABI_VERSION
 from .device_errors import DeviceError, Watchdog
 from .errors import *  # noqa: F403 (every error class is public: errors.__all__)
 from .factories import DTYPES
-from .heap import HeapStats, Reservation, SymmetricHeap, default_heap, find_heap, init
+from .heap import HeapStats, HookHandle, Reservation, SymmetricHeap, default_heap, find_heap, init, register_init_hook
 
 __version__ = "0.2.0"
 
@@ -25,6 +27,7 @@ __all__ = [
     "DTYPES",
     "DeviceError",
     "HeapStats",
+    "HookHandle",
     "Reservation",
     "SymmetricHeap",
     "Watchdog",
@@ -33,7 +36,14 @@ __all__ = [
     "find_heap",
     "init",
     "log",
-    "testing",
+    "register_init_hook",
     "tracing",
 ]
 __all__ += errors.__all__
+
+
+def __getattr__(name: str):
+    # ``iris.heap.testing`` (deprecated, see that module) without importing it with the package.
+    if name == "testing":
+        return _importlib.import_module(".testing", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,11 +1,16 @@
-"""Exceptions raised by the symmetric heap.
+"""Exceptions raised by the symmetric heap, and the one failure type of every way Iris starts ranks.
 
-Every error derives from :class:`HeapError`; several also derive from the builtin that a
+Every heap error derives from :class:`HeapError`; several also derive from the builtin that a
 torch user would expect (``MemoryError``, ``ValueError``, ``TimeoutError``) so existing
-``except`` clauses keep working.
+``except`` clauses keep working. :class:`RankFailedError` is not a heap error: the test runner
+(``iris.testing.world``) and the examples' launcher raise it when a rank dies, times out or
+raises what cannot be sent back. It lives here, in the lowest layer, so that both raise one type.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 __all__ = [
     "HeapError",
@@ -15,6 +20,8 @@ __all__ = [
     "DoubleFreeError",
     "HeapClosedError",
     "WaitTimeoutError",
+    "RankFailedError",
+    "RankFailure",
 ]
 
 
@@ -31,7 +38,7 @@ class HeapExhaustedError(HeapError, MemoryError):
         self.free = free
         self.largest_free_block = largest_free_block
 
-    def __reduce__(self):  # keep the fields across process boundaries (testing.run)
+    def __reduce__(self):  # keep the fields across process boundaries (iris.testing.world.run)
         return (
             _rebuild_exhausted,
             (str(self), self.requested, self.free, self.largest_free_block),
@@ -75,3 +82,34 @@ class WaitTimeoutError(HeapError, TimeoutError):
 
 def _rebuild_timeout(cls, message, rank, offset, value):
     return cls(message, rank=rank, offset=offset, value=value)
+
+
+@dataclass(frozen=True)
+class RankFailure:
+    """One failed rank: its global ``rank``, ``exitcode`` (None while the process still ran: it
+    raised, or did not finish in time) and what it reported (``message``, ``traceback``)."""
+
+    rank: int
+    exitcode: int | None
+    message: str
+    traceback: str = ""
+
+
+class RankFailedError(RuntimeError):
+    """One or more ranks failed: died, timed out, or raised what could not be sent back.
+
+    ``failures`` lists the failed ranks (:class:`RankFailure`), the first to fail first. Left
+    out, the message says how the first of them failed.
+    """
+
+    def __init__(self, message: str | None = None, failures: Sequence[RankFailure] = ()):
+        self.failures = list(failures)
+        if message is None and self.failures:
+            first = self.failures[0]
+            message = f"rank {first.rank} failed (exit code {first.exitcode}): {first.message}"
+        elif message is None:
+            message = "a rank failed"
+        super().__init__(message)
+
+    def __reduce__(self):  # keeps ``failures`` (and notes) across pickling
+        return type(self), (self.args[0], self.failures), self.__dict__

@@ -31,7 +31,7 @@ from .log import get_logger, set_rank
 from .tracing import Tracing
 from .transport.base import exchange_or_raise
 
-__all__ = ["SymmetricHeap", "HeapStats", "Reservation", "init", "default_heap"]
+__all__ = ["SymmetricHeap", "HeapStats", "HookHandle", "Reservation", "init", "default_heap", "register_init_hook"]
 
 _logger = get_logger(__name__)
 
@@ -40,10 +40,8 @@ _MAX_WAIT_TIMEOUT = 1e9  # seconds (about 31 years): the bound in nanoseconds st
 
 _open: list[weakref.ref] = []  # every heap still open in this process, oldest first
 _serials = itertools.count(1)  # SymmetricHeap.serial: 1, 2, ... in the order heaps are made
-#: When a list (iris.heap.testing sets it around each task), every new heap is also appended here,
-#: a strong reference: the runner then closes exactly the heaps the task made, on every rank,
-#: even those one rank's traceback kept alive while another rank's were collected.
-_made: list | None = None
+_init_hooks: dict[int, Callable] = {}  # register_init_hook's hooks, by handle id, in registration order
+_hook_ids = itertools.count()
 
 
 @dataclass(frozen=True)
@@ -84,6 +82,40 @@ def init(size: int = 1 << 30, *, device=None, group=None, transport: str = "auto
     ``"cuda-ipc"``.
     """
     return SymmetricHeap(size, device=device, group=group, transport=transport)
+
+
+class HookHandle:
+    """What :func:`register_init_hook` returns: ``remove()`` unregisters the hook (idempotent); as a
+    context manager, the hook is removed when the block ends."""
+
+    def __init__(self, hooks: dict, key: int):
+        self._hooks, self._key = hooks, key
+
+    def remove(self) -> None:
+        self._hooks.pop(self._key, None)
+
+    def __enter__(self) -> HookHandle:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.remove()
+
+
+def register_init_hook(hook: Callable[[SymmetricHeap], None]) -> HookHandle:
+    """Call ``hook(heap)`` for every heap this process makes from now on, once the heap is open and
+    before ``init`` returns it; hooks run in the order they were registered. Returns a
+    :class:`HookHandle` whose ``remove()`` unregisters it.
+
+    What a harness uses to know the heaps a piece of code made (the test runner closes exactly
+    those after each task, on every rank, even ones a traceback kept alive on one rank only). A
+    hook runs on one rank, inside a collective's aftermath: it must not raise (what it raises
+    propagates from ``init``, with the heap open) and must not call collectives.
+    """
+    if not callable(hook):
+        raise TypeError(f"register_init_hook takes a callable, got {type(hook).__name__}")
+    key = next(_hook_ids)
+    _init_hooks[key] = hook
+    return HookHandle(_init_hooks, key)
 
 
 def find_heap(serial: int) -> SymmetricHeap | None:
@@ -168,12 +200,12 @@ class SymmetricHeap(TensorFactories):
         self._closed = False
         self.wait_timeout = _env_wait_timeout()
         _open.append(weakref.ref(self))
-        if _made is not None:
-            _made.append(self)
         _logger.info(
             "heap ready: %d bytes per rank on %s over %s (%d bytes mapped per rank), %d ranks, wait bound %g s",
             size, self.device, self.transport, self._transport.mapped_size, w, self.wait_timeout,
         )  # fmt: skip
+        for hook in list(_init_hooks.values()):
+            hook(self)
 
     # -- lifetime ---------------------------------------------------------------------------
     def _check_open(self) -> None:

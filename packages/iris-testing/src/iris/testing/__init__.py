@@ -8,6 +8,8 @@ depends on it at run time.
   through a small adapter;
 - :mod:`iris.testing.guarded`, guard bytes and canary allocations around the tensors of a fault
   test (the collectives' and the fused operations' suites);
+- :mod:`iris.testing.world`, the multi-rank test runner (``World``, ``WorldPool``, ``run``): spawned
+  ranks with a gloo group, kept between calls, failures re-raised with their rank;
 - :mod:`iris.testing.processes`, ranks as plain processes for tests in which one dies;
 - :func:`refusing`, functions of a module replaced by ones that fail while a block runs.
 """

@@ -24,7 +24,7 @@ import os
 import pytest
 import torch
 
-from iris.heap.testing import World, WorldPool
+from iris.testing.world import World, WorldPool
 from iris.testing import COMPILE_TARGETS
 
 __all__ = ["backend", "backends", "compiler", "world"]

@@ -1,6 +1,6 @@
 """Ranks as plain processes, for tests in which a rank may die: ``spawn`` runs a function on fresh
 ranks (a gloo group, torchrun's environment variables) and collects what each reported, its exit
-code and when it exited, without waiting for a dead rank (``iris.heap.testing.World`` raises when
+code and when it exited, without waiting for a dead rank (``iris.testing.world.World`` raises when
 a rank dies; this harness is how a test watches the others survive it).
 
 A spawned function sends values to the parent as it goes (``report``), so a rank that is killed

@@ -110,3 +110,21 @@ def test_an_error_recorded_before_close_is_named_after_it(world, backend):
     assert errors[1] is None, f"the skipping rank: {errors[1]}"
     assert errors[0] is not None and errors[0]["type"] == "CollectiveTimeoutError", f"rank 0: {errors[0]}"
     assert errors[0]["missing_rank"] == 1 and errors[0]["collective"] == "all_reduce", f"rank 0: {errors[0]}"
+
+
+@pytest.mark.parametrize("world_size", [1, 3])
+def test_workspace_bytes_bounds_what_the_collectives_reserve(world, backend, world_size):
+    for rank, res in enumerate(world.run(P.reserved_within_workspace_bytes, world_size, backend)):
+        assert res["sync"] == res["sync bound"], f"rank {rank}: {res}"
+        assert res["sync"] < res["staged"] <= res["staged bound"], f"rank {rank}: {res}"
+
+
+def test_workspace_bytes_refuses_what_is_not_a_size():
+    import iris.ccl as ccl
+
+    with pytest.raises(ValueError, match="world_size must be a positive int, got 0"):
+        ccl.workspace_bytes(0)
+    with pytest.raises(ValueError, match="largest_input must be a non-negative int"):
+        ccl.workspace_bytes(2, -1)
+    staging, mib = ccl.workspace_bytes(4, 1 << 20) - ccl.workspace_bytes(4), 1 << 20
+    assert 2 * 2 * mib < staging < 2 * 4 * mib + 2 * 22 * 256  # two roles, each between 2x and 4x, rounded

@@ -33,7 +33,7 @@ def demo(rank, world_size):
     heap.free(x)
     heap.check_symmetry()
     heap.close()
-    return ok, offsets, str(heap.device), heap.transport, stats.used
+    return ok, offsets, str(heap.device), heap.transport_name, stats.used
 
 
 def _rank(rank, fn, world_size, port, results):

@@ -11,8 +11,8 @@ pytestmark = pytest.mark.gpu
 
 def _cuda_ipc(rank, world_size):
     heap = new_heap(1 << 24)
-    assert heap.transport == "cuda-ipc" and heap.device.type == "cuda"
-    assert heap._transport.mapped_size == 1 << 24
+    assert heap.transport_name == "cuda-ipc" and heap.device.type == "cuda"
+    assert heap.transport.mapped_size == 1 << 24
     x = heap.full((1 << 16,), float(rank), dtype=torch.float32)
     sync(heap)
     for r in range(world_size):
@@ -34,8 +34,8 @@ def _odd_size(rank, world_size):
     size = (3 << 20) + 4096 * 3  # not a whole number of 2 MiB pages (nor of 64 KiB)
     heap = iris.heap.init(size)
     try:
-        assert heap._transport.mapped_size % MAPPING_GRANULE == 0
-        assert size <= heap._transport.mapped_size < size + MAPPING_GRANULE
+        assert heap.transport.mapped_size % MAPPING_GRANULE == 0
+        assert size <= heap.transport.mapped_size < size + MAPPING_GRANULE
         x = heap.full((heap.size // 4,), float(rank + 1))  # every usable byte, peers included
         sync(heap)
         for r in range(world_size):

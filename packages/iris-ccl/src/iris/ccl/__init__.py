@@ -20,7 +20,7 @@ CONTEXT_ABI_VERSION = 2
 _heap.context.check_version("iris-ccl", __version__, CONTEXT_ABI_VERSION)
 
 from .collectives import (  # noqa: E402
-    AUTO_VARIANTS,
+    AUTO_ALL_REDUCE,
     all_gather,
     all_reduce,
     all_to_all,
@@ -30,6 +30,7 @@ from .collectives import (  # noqa: E402
     reset,
 )
 from .config import ALL_REDUCE_VARIANTS, BACKENDS, Config  # noqa: E402
+from .workspace import workspace_bytes  # noqa: E402
 from .errors import (  # noqa: E402
     CollectiveAbandonedError,
     CollectiveError,
@@ -46,7 +47,7 @@ __all__ = [
     "CollectiveMismatchError",
     "CollectiveTimeoutError",
     "Config",
-    "AUTO_VARIANTS",
+    "AUTO_ALL_REDUCE",
     "all_gather",
     "all_reduce",
     "all_to_all",
@@ -54,4 +55,20 @@ __all__ = [
     "broadcast",
     "reduce_scatter",
     "reset",
+    "workspace_bytes",
 ]
+
+
+def __getattr__(name: str):
+    # Deprecated names, kept for one release with a warning.
+    if name == "AUTO_VARIANTS":
+        import warnings
+
+        warnings.warn(
+            "iris.ccl.AUTO_VARIANTS (one row: two_shot everywhere) is gone; all_reduce's 'auto' is "
+            "iris.ccl.AUTO_ALL_REDUCE. The name goes in iris-ccl 0.3",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return {None: ((None, AUTO_ALL_REDUCE),)}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

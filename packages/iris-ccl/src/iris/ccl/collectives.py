@@ -39,18 +39,10 @@ _compiling = torch.compiler.is_dynamo_compiling
 
 __all__ = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "barrier", "reset"]
 
-#: all_reduce "auto": per world size, ``(max bytes per rank, variant)`` rows tried in order; the
-#: first row whose bound admits the message wins. two_shot was the fastest at every size and world
-#: size of the H200 sweeps (figures in BENCHMARKS.md), so it is the choice until a measurement says
-#: otherwise.
-AUTO_VARIANTS: dict[int | None, tuple[tuple[int | None, str], ...]] = {
-    None: ((None, "two_shot"),),  # any world size without a row of its own
-}
-
-
-def _auto_variant(world_size: int, nbytes: int) -> str:
-    rows = AUTO_VARIANTS.get(world_size, AUTO_VARIANTS[None])
-    return next(variant for bound, variant in rows if bound is None or nbytes <= bound)
+#: all_reduce "auto": two_shot, the fastest variant at every size (1 KiB to 1 GiB per rank) and world
+#: size (2, 4) of the H200 sweeps (BENCHMARKS.md, section "iris.ccl (Triton backend): collectives
+#: against the copy roofline"). A choice by size or world size comes with the measurement that makes it.
+AUTO_ALL_REDUCE = "two_shot"
 
 
 def _reduce_flags(op_code: int, world_size: int, dtype: torch.dtype) -> dict:
@@ -82,7 +74,7 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", *, heap=None, config: Conf
     fp16/bf16 accumulate in fp32. Variants: ``one_shot`` (each rank stages its input, then reads
     every peer's copy and reduces all of it), ``two_shot`` (rank r reduces chunk r and writes it into every rank: each
     byte read once and written once), ``rs_ag`` (reduce-scatter into a workspace, then an
-    all-gather by reads: only remote reads), ``auto`` (by world size and size: ``AUTO_VARIANTS``).
+    all-gather by reads: only remote reads), ``auto`` (``AUTO_ALL_REDUCE``: two_shot).
     Asynchronous: returns once the work is queued (``Config(blocking=True)`` waits).
     """
     if _compiling():
@@ -97,7 +89,7 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", *, heap=None, config: Conf
         if call.empty(n):
             return tensor
         if variant == "auto":
-            variant = _auto_variant(w, n * tensor.element_size())
+            variant = AUTO_ALL_REDUCE
         data = flat(tensor)
         in_place = variant != "one_shot" and heap.is_symmetric(tensor)
         buf = data if in_place else call.staging("in", data)

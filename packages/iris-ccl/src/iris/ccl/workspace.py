@@ -22,7 +22,7 @@ from .errors import CollectiveError
 
 _log = get_logger("ccl")
 
-__all__ = ["Workspace", "existing_workspace", "workspace_of"]
+__all__ = ["Workspace", "existing_workspace", "workspace_bytes", "workspace_of"]
 
 # A workspace lives exactly as long as its heap object: the heap holds it (its error translator),
 # it holds the heap weakly, ``_workspaces`` is keyed weakly and ``_last`` lets go when the heap is
@@ -34,6 +34,54 @@ _workspaces: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _last: list = [lambda: None, None]  # (a weak reference to the heap last looked up, its workspace)
 SYNC = "iris.ccl.sync"
 STAGING = "iris.ccl.staging"
+#: The staging roles of the collectives: "in" (an input off the heap, which peers read from its
+#: copy) and "out" (all_reduce's rs_ag: the reduced chunks peers gather).
+_ROLES = ("in", "out")
+
+
+def _flags(world_size: int) -> int:
+    """The flag lanes of a world: the power of two >= the world size (the kernels' lanes)."""
+    return 1 << max(0, world_size - 1).bit_length()
+
+
+def _sync_words(world_size: int) -> int:
+    return (3 + 2 * protocol.DESC_SLOTS) * _flags(world_size) + 4
+
+
+def _reserved(nbytes: int) -> int:
+    return -(-max(nbytes, 1) // iris.heap.ALIGNMENT) * iris.heap.ALIGNMENT  # what heap.reserve takes
+
+
+def workspace_bytes(world_size: int, largest_input: int = 0) -> int:
+    """The most heap the collectives reserve on each rank of a ``world_size``-rank heap, beside the
+    caller's tensors (``heap.reserve``; size a heap with it, as with ``heap.tracing.buffer_bytes``).
+
+    The sync block, reserved at a heap's first collective, and, when some collective's input is not
+    on the heap, the staging it goes through: ``largest_input`` is the bytes of the largest such
+    input per rank (0: every input is a heap tensor, nothing is staged). The bound holds for any
+    sequence of calls: a staging buffer grows by doubling and an outgrown one stays reserved (a
+    CUDA graph may still copy through it) until ``iris.ccl.reset``, so a role holds less than four
+    times its largest input; a program whose first staged call is its largest needs one time. Two
+    roles: every staged input, and all_reduce's ``rs_ag`` variant's reduced chunks.
+
+    >>> heap = iris.heap.init(tensor_bytes + iris.ccl.workspace_bytes(world_size, 1 << 20))
+    """
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"workspace_bytes: world_size must be a positive int, got {world_size!r}")
+    if isinstance(largest_input, bool) or not isinstance(largest_input, int) or largest_input < 0:
+        raise ValueError(f"workspace_bytes: largest_input must be a non-negative int (bytes), got {largest_input!r}")
+    total = _reserved(_sync_words(world_size) * 8)
+    if largest_input:
+        # A role's buffers: each at least twice the one before it, the last at most twice the
+        # largest input less 2 (it doubled a buffer smaller than that input) or that input itself.
+        size, role = max(2 * largest_input - 2, largest_input), 0
+        while True:
+            role += _reserved(size)
+            if size == 1:
+                break
+            size = (size + 1) // 2
+        total += len(_ROLES) * role
+    return total
 
 
 class Workspace:
@@ -63,13 +111,13 @@ class Workspace:
     def __init__(self, heap):
         self._heap = weakref.ref(heap)
         w = heap.world_size
-        self.flags = 1 << max(0, w - 1).bit_length()
+        self.flags = _flags(w)
         #: The memory scope of the protocol's atomics: "gpu" when every rank runs on this one device
         #: (its L2 is where they all meet), else "sys" (peers over NVLink or PCIe). A sys-scope
         #: release or acquire costs several times a gpu-scope one on an H200 (BENCHMARKS.md).
         self.scope = "gpu" if heap.device.type == "cuda" and heap.ranks_per_device == w else "sys"
         f = self.flags
-        words = (3 + 2 * protocol.DESC_SLOTS) * f + 4
+        words = _sync_words(w)
         self.sync = heap.reserve(SYNC, words * 8).view(torch.int64)
         self._sync_offset = heap.offset(self.sync)  # for naming flags after close() too
         self.entry, self.exit, self.abandon = self.sync[:f], self.sync[f : 2 * f], self.sync[2 * f : 3 * f]

@@ -10,6 +10,7 @@ import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -29,7 +30,7 @@ from .errors import (
 from .factories import TensorFactories, extent
 from .log import get_logger, set_rank
 from .tracing import Tracing
-from .transport.base import exchange_or_raise
+from .transport.base import Transport, exchange_or_raise
 
 __all__ = ["SymmetricHeap", "HeapStats", "HookHandle", "Reservation", "init", "default_heap", "register_init_hook"]
 
@@ -70,6 +71,15 @@ class Reservation:
     #: True when the block had never been handed out since the heap was made, so it held zeros on
     #: every rank without anyone writing them (no barrier needed before peers signal into it).
     untouched: bool
+
+
+class _Block(NamedTuple):
+    """What the heap knows of one allocation (``SymmetricHeap._blocks``, by offset)."""
+
+    owner: weakref.ref  # to the storage's owner: dead once no tensor uses the block (quarantined)
+    nbytes: int  # the tensor's bytes (0 for an empty tensor, which still holds a block)
+    dtype: torch.dtype
+    shape: tuple
 
 
 def init(size: int = 1 << 30, *, device=None, group=None, transport: str = "auto") -> SymmetricHeap:
@@ -173,12 +183,10 @@ class SymmetricHeap(TensorFactories):
         self._transport = transport_cls(size, self.device, self._control)
         self.size = size
         self._alloc = BlockAllocator(size)
-        # offset -> (weakref to the storage's owner, nbytes, dtype, shape)
-        self._blocks: dict[int, tuple] = {}
+        self._blocks: dict[int, _Block] = {}  # by offset
         #: Changes whenever the set of allocated blocks does (an allocation, ``free``, ``collect``,
         #: ``close``): what ``is_symmetric`` answered for a tensor holds while it stays the same.
         self.generation = 0
-        self.transport = self._transport.name
         self._bases = list(self._transport.bases)
         self._base = self._bases[self.rank]
         self._reserved: dict[str, Reservation] = {}
@@ -202,7 +210,7 @@ class SymmetricHeap(TensorFactories):
         _open.append(weakref.ref(self))
         _logger.info(
             "heap ready: %d bytes per rank on %s over %s (%d bytes mapped per rank), %d ranks, wait bound %g s",
-            size, self.device, self.transport, self._transport.mapped_size, w, self.wait_timeout,
+            size, self.device, self.transport_name, self._transport.mapped_size, w, self.wait_timeout,
         )  # fmt: skip
         for hook in list(_init_hooks.values()):
             hook(self)
@@ -253,6 +261,18 @@ class SymmetricHeap(TensorFactories):
         return self._closed
 
     @property
+    def transport(self) -> Transport:
+        """The transport that created this rank's region and maps its peers' (``iris.heap.transport``):
+        its ``name``, ``mapped_size`` (bytes allocated per rank, at least ``size``) and ``device_types``.
+        Its methods are the heap's to call."""
+        return self._transport
+
+    @property
+    def transport_name(self) -> str:
+        """The transport's name: ``"shm"`` (CPU ranks) or ``"cuda-ipc"`` (what ``init(transport=...)`` takes)."""
+        return self._transport.name
+
+    @property
     def base(self) -> int:
         """The address of this rank's heap in this process (``heap_bases[rank]``, without a device read)."""
         return self._base
@@ -291,7 +311,7 @@ class SymmetricHeap(TensorFactories):
         else:
             flat, owner = self._transport.view(self.rank, offset, dtype.itemsize, dtype)
             t = flat[:0].view(shape)
-        self._blocks[offset] = (weakref.ref(owner), nbytes, dtype, shape)
+        self._blocks[offset] = _Block(weakref.ref(owner), nbytes, dtype, shape)
         self.generation += 1
         return t
 
@@ -358,7 +378,7 @@ class SymmetricHeap(TensorFactories):
         self._alloc.release(offset)
 
     def _quarantined(self) -> list[int]:
-        return [o for o, rec in self._blocks.items() if rec[0]() is None]
+        return [o for o, block in self._blocks.items() if block.owner() is None]
 
     def collect(self) -> int:
         """Collective: free blocks whose tensors were garbage-collected on every rank; bytes reclaimed.
@@ -420,10 +440,10 @@ class SymmetricHeap(TensorFactories):
 
     def describe(self, offset: int) -> str:
         """Which allocation holds the byte at ``offset`` (for error messages)."""
-        for start, (ref, nbytes, dtype, shape) in self._blocks.items():
-            if start <= offset < start + max(nbytes, 1):
-                state = "live" if ref() is not None else "dropped"
-                return f"byte {offset - start} of the {state} {dtype}{list(shape)} allocated at offset {start:#x}"
+        for start, block in self._blocks.items():
+            if start <= offset < start + max(block.nbytes, 1):
+                state = "live" if block.owner() is not None else "dropped"
+                return f"byte {offset - start} of the {state} {block.dtype}{list(block.shape)} allocated at offset {start:#x}"
         for res in self._reserved.values():
             if res.offset <= offset < res.offset + res.nbytes:
                 return f"byte {offset - res.offset} of the library's reservation {res.name!r} at offset {res.offset:#x}"
@@ -445,7 +465,7 @@ class SymmetricHeap(TensorFactories):
         )
 
     def _table(self) -> list[tuple]:
-        return [(o, self._alloc.length(o), str(d), s) for o, (_, _, d, s) in sorted(self._blocks.items())]
+        return [(o, self._alloc.length(o), str(b.dtype), b.shape) for o, b in sorted(self._blocks.items())]
 
     def check_symmetry(self) -> None:
         """Collective: raise ``AsymmetricHeapError`` unless every rank's allocation table is the same.
@@ -530,6 +550,15 @@ class SymmetricHeap(TensorFactories):
         return dict(self._reserved)
 
     # -- synchronisation and device-side errors ----------------------------------------------
+    def all_gather_object(self, obj) -> list:
+        """Collective (host only): every rank's ``obj``, in rank order, over the heap's own gloo group
+        (the heap's ranks, whatever group it was made on; no device work, no device sync). ``obj``
+        must pickle; at world size 1 the result is ``[obj]``. For what host code of a layer above
+        must agree on (sizes, measurements), as ``torch.distributed.all_gather_object`` would, without
+        knowing which group the heap runs on."""
+        self._check_open()
+        return self._control.all_gather_object(obj)
+
     def barrier(self) -> None:
         """Synchronize the device, then every rank; raises a device-side failure if one occurred."""
         self._check_open()
@@ -656,7 +685,7 @@ class SymmetricHeap(TensorFactories):
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{self._alloc.used}/{self.size} bytes used"
-        return f"SymmetricHeap(rank={self.rank}, world_size={self.world_size}, device={self.device}, transport={self.transport!r}, {state})"
+        return f"SymmetricHeap(rank={self.rank}, world_size={self.world_size}, device={self.device}, transport={self.transport_name!r}, {state})"
 
 
 def _entry(e) -> str:

@@ -1,31 +1,39 @@
 """Transports: how each rank's heap region is created and mapped into its peers.
 
 A transport is one module in this package that defines a :class:`Transport` subclass and names
-it ``TRANSPORT``. Modules are found by listing the package, so adding a transport (CUDA VMM,
-HIP IPC) is adding one module.
+it ``TRANSPORT``, and one row of :data:`REGISTRY`. The registry's order is ``"auto"``'s: for a
+device, the first transport that serves its type (``Transport.device_types``). Today that is
+``cuda-ipc`` for CUDA devices and ``shm`` for CPU ones; a transport that should win over another
+on the same device type goes above it. Modules are imported when first asked for, so a
+transport's dependencies (cuda-bindings) load only where it is chosen or listed.
 """
 
 from __future__ import annotations
 
 import importlib
-import pkgutil
 
 import torch
 
 from .base import Transport
 
-__all__ = ["Transport", "available", "select"]
+__all__ = ["REGISTRY", "Transport", "available", "select"]
+
+#: Every transport: its name (what ``iris.heap.init(transport=...)`` accepts) and the module of
+#: this package that defines it, in the order ``"auto"`` tries them.
+REGISTRY: tuple[tuple[str, str], ...] = (
+    ("cuda-ipc", "cuda_ipc"),
+    ("shm", "shm"),
+)
 
 
 def available() -> dict[str, type[Transport]]:
-    """Every transport, by name, in module order."""
+    """Every transport class, by name, in :data:`REGISTRY`'s order."""
     found = {}
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        if info.name == "base":
-            continue
-        cls = getattr(importlib.import_module(f"{__name__}.{info.name}"), "TRANSPORT", None)
-        if cls is not None:
-            found[cls.name] = cls
+    for name, module in REGISTRY:
+        cls = importlib.import_module(f"{__name__}.{module}").TRANSPORT
+        if cls.name != name:  # a registry row and its module disagree: a packaging bug, not a user error
+            raise RuntimeError(f"transport module {module!r} defines {cls.name!r}, registered as {name!r}")
+        found[name] = cls
     return found
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
@@ -34,6 +35,27 @@ class Transport(ABC):
         self.bases: list[int] = []
         #: Bytes actually allocated per rank (at least ``size``; a transport may round up).
         self.mapped_size = size
+
+    def __str__(self) -> str:
+        return self.name
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} on {self.device}, {self.mapped_size} bytes mapped per rank>"
+
+    def __eq__(self, other):
+        # ``heap.transport`` was the name until iris-heap 0.2: ``heap.transport == "shm"`` keeps
+        # working for one release, with a warning.
+        if isinstance(other, str):
+            warnings.warn(
+                "heap.transport is the transport object; compare heap.transport_name with a name "
+                "(comparing the object with a str stops working in iris-heap 0.3)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return self.name == other
+        return NotImplemented
+
+    __hash__ = object.__hash__
 
     @abstractmethod
     def view(

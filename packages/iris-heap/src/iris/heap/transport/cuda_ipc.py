@@ -26,11 +26,8 @@ _logger = get_logger(__name__)
 def _cudart():
     try:
         from cuda.bindings import runtime
-    except ImportError:
-        try:
-            from cuda import cudart as runtime  # cuda-python < 12.6 spelling
-        except ImportError:
-            raise HeapError("the cuda-ipc transport needs cuda-bindings: pip install 'iris-heap[cuda]'") from None
+    except ImportError:  # absent, or older than the extra's floor (12.6 moved it here from cuda.cudart)
+        raise HeapError("the cuda-ipc transport needs cuda-bindings>=12.6: pip install 'iris-heap[cuda]'") from None
     return runtime
 
 

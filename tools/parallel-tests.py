@@ -24,7 +24,7 @@ keeps one World per world size it ran (up to 1 + 2 + 3 + 4 = 10 processes with a
 up to 4 more). Past the limit CUDA refuses new processes ("CUDA-capable device(s) is/are busy or
 unavailable"; counted in the output): four jobs over iris-ccl peaked at 41 CUDA processes, four
 over the other layers together at 49, with 6 iris-examples tests refused, each passing when run
-again in one job (BENCHMARKS.md, sessions 25 to 27). Give iris-examples a run of its own or
+again in one job (BENCHMARKS.md, section "About this report"). Give iris-examples a run of its own or
 fewer jobs.
 """
 

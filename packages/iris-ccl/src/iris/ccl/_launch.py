@@ -3,7 +3,8 @@
 A JIT launch re-derives the kernel's specialization from every argument, builds a cache key
 from it and looks the compiled kernel up on every call. For the collectives' kernels (about
 twenty arguments) that path costs the host more than the kernels themselves take for small
-messages (BENCHMARKS.md), so a loop of collectives ran at the speed of the host's launch path.
+messages (BENCHMARKS.md, section "iris.ccl (Triton backend): collectives against the copy
+roofline"), so a loop of collectives would run at the speed of the host's launch path.
 
 Here the first call of a kernel with a given *shape* of arguments goes through the JIT (which
 compiles if needed and returns the compiled kernel); later calls of the same shape launch that

@@ -24,11 +24,12 @@ __all__ = ["FOLD_BYTES", "Call", "Staging", "kernels_of"]
 _KERNELS: dict = {}  # backend -> its kernel module, once imported
 
 #: A tensor off the heap of at most this many bytes per rank is staged inside the collective's
-#: kernel (one program copies it into the staging before the entry and, for the two-shot
-#: all_reduce, back after the exit): one launch instead of a copy, the kernel and a copy back, whose
-#: host time is most of a small call's (BENCHMARKS.md). A larger one keeps the copies, which then
-#: run at full bandwidth (a kernel's copy in must end before its entry, so one program makes it:
-#: its programs never wait for one another).
+#: kernel (one program copies it into the staging before the entry and, for the two-shot all_reduce,
+#: back after the exit): one launch instead of a copy, the kernel and a copy back, whose host time
+#: is most of a small call's (BENCHMARKS.md, section "iris.ccl (Triton backend): collectives against
+#: the copy roofline"). A larger one keeps the copies, which then run at full bandwidth (a kernel's
+#: copy in must end before its entry, so one program makes it: its programs never wait for one
+#: another).
 FOLD_BYTES = 64 * 1024
 
 

@@ -25,9 +25,10 @@ _CPU_PROGRAMS = 2
 #: A kernel not named here (the barrier) runs one program and takes no BLOCK.
 TILED_OVER = {"reduce_kernel": "chunk", "gather_kernel": "piece", "push_kernel": "n"}
 
-#: Programs per multiprocessor that each kernel is launched with, at most (fewer when fewer fit
-#: at once: ``occupancy``), shared among the ranks on one GPU. The reduction kernels need many
-#: loads in flight, the gather kernel does best at one (the H200 sweep in BENCHMARKS.md).
+#: Programs per multiprocessor that each kernel is launched with, at most (fewer when fewer fit at
+#: once: ``occupancy``), shared among the ranks on one GPU. The reduction kernels need many loads in
+#: flight, the gather kernel does best at one (the H200 sweep: BENCHMARKS.md, section "iris.ccl
+#: (Triton backend): collectives against the copy roofline").
 PROGRAMS_PER_SM = {"reduce_kernel": 4, "gather_kernel": 1, "push_kernel": 1}
 
 

@@ -360,7 +360,7 @@ def _leave(ctx, sync, epoch, go, FLAGS: tl.constexpr, SCOPE: tl.constexpr):
 
     A launch of one program (every small call) skips the count of finished programs and reads its
     health from ``go``: nothing else of its launch can have failed (each costs a round trip on
-    the device, BENCHMARKS.md)."""
+    the device: BENCHMARKS.md, section "iris.ccl (Triton backend): collectives against the copy roofline")."""
     counts = state(sync, FLAGS)
     tl.debug_barrier()  # every thread's stores are done before this program's release
     ok = go

@@ -114,7 +114,8 @@ class Workspace:
         self.flags = _flags(w)
         #: The memory scope of the protocol's atomics: "gpu" when every rank runs on this one device
         #: (its L2 is where they all meet), else "sys" (peers over NVLink or PCIe). A sys-scope
-        #: release or acquire costs several times a gpu-scope one on an H200 (BENCHMARKS.md).
+        #: release or acquire costs several times a gpu-scope one on an H200 (BENCHMARKS.md, section
+        #: "About this report").
         self.scope = "gpu" if heap.device.type == "cuda" and heap.ranks_per_device == w else "sys"
         f = self.flags
         words = _sync_words(w)

@@ -232,7 +232,8 @@ def _reduce_rows(partials, rl, rn, rows, N, OP: tl.constexpr, W: tl.constexpr):
     world size issues them one after another: W memory latencies). Cached at L2 only (".cg",
     not in L1, which another launch may have filled from these addresses): after
     ``wait_flags``' acquire, L2 holds what the peers stored. (Volatile loads measured 4% slower
-    for the whole operation, BENCHMARKS.md.)"""
+    for the whole operation: BENCHMARKS.md, section "iris.ops: fused GEMM + communication against
+    unfused and against the limit (H100)".)"""
     ptrs = partials + rl[:, None].to(tl.int64) * N + rn[None, :]
     mask = (rl[:, None] < rows) & (rn[None, :] < N)
     size = tl.cast(rows, tl.int64) * N  # cast, not .to: a launch makes rows == 1 a constexpr

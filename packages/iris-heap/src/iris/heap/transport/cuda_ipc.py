@@ -16,8 +16,8 @@ from .base import Transport, exchange_or_raise
 __all__ = ["CudaIpcTransport", "MAPPING_GRANULE"]
 
 #: The allocation behind a heap is a whole number of these (2 MiB, the GPU's large page): peers
-#: reach a mapping of any other size slower (BENCHMARKS.md, "rma at 1 GiB was slow because of the
-#: heap's size"); rounding up costs under 2 MiB per rank.
+#: reach a mapping of any other size slower (BENCHMARKS.md, section "About this report", "rma at
+#: 1 GiB was slow because of the heap's size"); rounding up costs under 2 MiB per rank.
 MAPPING_GRANULE = 2 << 20
 
 _logger = get_logger(__name__)

@@ -1,5 +1,5 @@
-"""The conformance suite of the device API both mem layers implement (DESIGN.md, iris.mem.triton
-and iris.mem.gluon), written once. A layer runs it by subclassing :class:`Conformance` in a test
+"""The conformance suite of the device API both mem layers implement (iris.mem.triton and
+iris.mem.gluon: the same operations, names and semantics; docs/architecture.md), written once. A layer runs it by subclassing :class:`Conformance` in a test
 module of its own with ``backend`` set; its ``tests/_<name>_kernels.py`` holds the kernels.
 
 Every operation, local (rank == target) and remote, through the ``Context`` methods and the free

@@ -52,7 +52,7 @@ def _counting_patches(target):
 def _scope(monkeypatch, interpreting):
     """A layer's scope as iris.mem.triton.interpret is one: (the Scope class, the target its counting
     patches set, the patches, their installs), with TRITON_INTERPRET as ``interpreting`` says."""
-    monkeypatch.setattr(common, "_interpreting", lambda: interpreting)
+    monkeypatch.setattr(common.target, "interpreted", lambda: interpreting)
     target = types.SimpleNamespace(value="original")
     patches, installs = _counting_patches(target)
     scope = type("Scope", (common.Scope,), {"patches": (patches,)})

@@ -8,16 +8,17 @@ distribution both depend on besides iris-heap. It imports triton only inside its
 importing it has no effect on anything (tested). It is an interface between distributions: it
 keeps its names within a minor release, the range the mem layers declare.
 
-**Release differences** (triton 3.6 -> 3.9):
+**The fence.** Every private Triton internal the mem layers share is reached through
+:mod:`iris.mem.common.target`, whose docstring tables each (what it reaches into, what happens
+where it is missing): the compile target as device code reads it (``target_builtin``,
+``target_of``), the interpreter probe (``target.INTERPRETED``), the one
+``InterpreterAtomicError`` with its per-layer dtype table, the clock and multiprocessor-id
+assembly per target, and the release differences (triton 3.6 -> 3.9), re-exported here under
+their old names: :func:`aggregate`, :func:`gluon_ast_source`, :func:`gluon_has_barrier`,
+:func:`gluon_has_tma_async_load`. Each mem layer's own ``_internals`` tables what is its alone.
 
-* :func:`aggregate`: ``triton.language.core._aggregate`` on both (3.9 re-exports it as
-  ``triton.aggregate`` and ``gluon.aggregate``); 3.6's code generator calls ``__init__`` only when
-  it is marked a builtin.
-* :func:`gluon_ast_source`: ``GluonASTSource`` from ``triton.experimental.gluon`` (3.9) or its
-  ``_runtime`` module (3.6).
-* :func:`gluon_has_barrier`: 3.9 renamed ``gl.thread_barrier`` to ``gl.barrier``.
-* :func:`gluon_has_tma_async_load`: 3.9 renamed Hopper's ``tma.async_copy_global_to_shared`` /
-  ``async_copy_shared_to_global`` to ``tma.async_load`` / ``async_store`` (the old names raise).
+**Interpreter patches** (both releases; this module is their fence, ``target``'s table lists them):
+
 * :data:`ONE_PATCH_PER_LAUNCH`: both releases' interpreters patch ``triton.language`` anew at
   every call of a ``@jit`` device function, a scan of the language's members that dominated a
   CPU-rank collective's time (CHANGELOG). Inside the scope a launch patches ``triton.language``
@@ -47,6 +48,9 @@ import functools
 import threading
 from types import SimpleNamespace
 
+from . import target
+from .target import aggregate, gluon_ast_source, gluon_has_barrier, gluon_has_tma_async_load
+
 __version__ = "0.2.0"
 
 __all__ = [
@@ -61,6 +65,7 @@ __all__ = [
     "gluon_has_barrier",
     "gluon_has_tma_async_load",
     "both_languages",
+    "target",
 ]
 
 _MISSING = object()
@@ -71,43 +76,6 @@ _MISSING = object()
 #: all_reduce's graph replay about 1 us when done every poll (BENCHMARKS.md, "About this report"); a
 #: bound in seconds is then met a few microseconds late at most.
 POLLS_PER_CLOCK = 8
-
-
-# -- release differences ---------------------------------------------------------------------------
-
-
-def aggregate(cls):
-    """Make ``cls`` (annotated fields, a plain ``__init__``, ``@jit`` methods) a Triton or Gluon aggregate."""
-    from triton.language.core import _aggregate
-
-    init = cls.__dict__.get("__init__")
-    if init is not None and not hasattr(init, "__triton_builtin__"):
-        init.__triton_builtin__ = True  # 3.6: the code generator calls only builtins
-    return _aggregate(cls)
-
-
-def gluon_ast_source():
-    """The ``GluonASTSource`` class (the source of compile-only Gluon builds)."""
-    try:
-        from triton.experimental.gluon import GluonASTSource
-    except ImportError:  # triton 3.6
-        from triton.experimental.gluon._runtime import GluonASTSource
-    return GluonASTSource
-
-
-def gluon_has_barrier() -> bool:
-    """Whether Gluon spells the CTA barrier ``gl.barrier`` (3.9) rather than ``gl.thread_barrier`` (3.6)."""
-    from triton.experimental.gluon import language as gl
-
-    return hasattr(gl, "barrier")
-
-
-def gluon_has_tma_async_load() -> bool:
-    """Whether Hopper's TMA copies are spelled ``tma.async_load`` / ``tma.async_store`` (3.9) rather
-    than ``tma.async_copy_global_to_shared`` / ``async_copy_shared_to_global`` (3.6)."""
-    from triton.experimental.gluon.language.nvidia.hopper import tma
-
-    return hasattr(tma, "async_load")
 
 
 # -- scoped patches --------------------------------------------------------------------------------
@@ -175,18 +143,6 @@ class Patches:
         return f"Patches({self.name!r}, holders={self._holders})"
 
 
-def _interpreting() -> bool:
-    import triton
-
-    return bool(triton.knobs.runtime.interpret)
-
-
-def _is_kernel(obj) -> bool:
-    from triton.runtime.jit import KernelInterface
-
-    return isinstance(obj, KernelInterface)
-
-
 class Scope(contextlib.ContextDecorator):
     """Base of a layer's public CPU-execution scope; a subclass names its :class:`Patches`.
 
@@ -221,7 +177,7 @@ class Scope(contextlib.ContextDecorator):
 
     def __enter__(self):
         entered = []
-        if _interpreting():
+        if target.interpreted():
             try:
                 for patches in self.patches:
                     patches.enter()
@@ -239,12 +195,12 @@ class Scope(contextlib.ContextDecorator):
         return False
 
     def __call__(self, fn):
-        if _is_kernel(fn):
+        if target.is_kernel(fn):
             return self._launch_inside(fn)
         return super().__call__(fn)
 
     def _launch_inside(self, kernel):
-        if not _interpreting():
+        if not target.interpreted():
             return kernel
         scope, outer = type(self), vars(kernel).get("run")
 

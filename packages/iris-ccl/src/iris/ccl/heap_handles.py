@@ -7,8 +7,8 @@ attribute of the heap at trace time, guards on it and puts it into the graph as 
 op finds the heap again by ``iris.heap.find_heap``. A graph never keeps a heap alive, and running
 one whose heap is closed says so.
 
-(An earlier version marked a registry lookup with ``torch.compiler.assume_constant_result``:
-torch 2.11's dynamo cannot pass a heap object to such a function, 2.13's can.)
+Why not a lookup marked ``torch.compiler.assume_constant_result``, taking the heap: torch 2.11's
+dynamo cannot pass a heap object to such a function (2.13's can).
 """
 
 from __future__ import annotations

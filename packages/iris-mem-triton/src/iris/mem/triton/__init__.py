@@ -27,7 +27,10 @@ CONTEXT_ABI_VERSION = 2
 _heap.context.check_version("iris-mem-triton", __version__, CONTEXT_ABI_VERSION)
 
 from . import ops  # noqa: E402
-from ._interpreter import INTERPRETED, InterpreterAtomicError, interpret  # noqa: E402
+from iris.mem.common.target import InterpreterAtomicError  # noqa: E402
+
+from ._internals import INTERPRETED  # noqa: E402
+from ._interpreter import interpret  # noqa: E402
 from .context import Context  # noqa: E402
 from .ops import (  # noqa: E402
     atomic_add,

@@ -9,7 +9,7 @@ import triton
 import triton.language as tl
 
 from . import ops
-from ._aggregate import aggregate
+from ._internals import aggregate
 
 __all__ = ["Context"]
 

@@ -43,55 +43,14 @@ import triton.language as tl
 from iris.heap import context as _abi
 
 from . import ops
-from ._aggregate import aggregate
-from ._interpreter import INTERPRETED
+from ._internals import aggregate
+from ._internals import sm_id_asm as _sm_id
 from .ops import clock_ns
 
 __all__ = ["Tracing", "device_clock", "trace_state", "record_start", "record_end", "record_instant"]
 
 # Device code reads the context and the buffer's layout as attributes of iris.heap.context (_abi.*):
 # the code generator takes a module's int attributes as constants, on triton 3.6 and 3.9.
-
-#: Inline assembly that reads the multiprocessor id, per code generator backend: a list of
-#: (asm, constraint) whose results combine as ``sum(r_i << shift_i)``. NVIDIA: the SM. AMD: the
-#: compute unit, shader array and shader engine (HW_ID bits 15:8), and on gfx94x/gfx95x the
-#: accelerator complex die (XCC_ID bits 3:0) above them; s_getreg is a scalar instruction.
-_SM_ASM = {
-    "cuda": [("mov.u32 $0, %smid;", "=r", 0)],
-    "hip": [("s_getreg_b32 $0, hwreg(HW_REG_HW_ID, 8, 8)", "=s", 0)],
-    "hip-xcc": [("s_getreg_b32 $0, hwreg(HW_REG_HW_ID, 8, 8)", "=s", 0), ("s_getreg_b32 $0, hwreg(HW_REG_XCC_ID, 0, 4)", "=s", 8)],
-}  # fmt: skip
-
-
-def _sm_reads(options):
-    backend = options.backend_name
-    if backend == "hip":
-        arch = str(getattr(options, "arch", ""))
-        if arch.startswith(("gfx94", "gfx95")):
-            return _SM_ASM["hip-xcc"]
-        return _SM_ASM["hip"] if arch.startswith("gfx9") else []
-    return _SM_ASM.get(backend, [])
-
-
-def _sm_id(_semantic=None):
-    """The multiprocessor this program runs on, an int64 scalar (the body of ``sm_id``).
-
-    CPU ranks: 0 (the interpreter runs this as Python). Compiled: the target comes from the code
-    generator's options, as for ``clock_ns``. Read at each event, not once: NVIDIA documents that
-    ``%smid`` may change during execution (preemption may move a program).
-    """
-    if INTERPRETED:
-        return tl.cast(0, tl.int64)
-    out = tl.cast(0, tl.int64, _semantic=_semantic)
-    for asm, constraint, shift in _sm_reads(_semantic.builder.options):
-        part = tl.inline_asm_elementwise(
-            asm, constraint, [], dtype=tl.int32, is_pure=False, pack=1, _semantic=_semantic
-        ).to(tl.int64, _semantic=_semantic)
-        out = out.__or__(part.__lshift__(shift, _semantic=_semantic), _semantic=_semantic)
-    return out
-
-
-_sm_id.__triton_builtin__ = True  # compiled: called with the code generator's _semantic
 
 
 @triton.jit

@@ -1,0 +1,87 @@
+"""Device errors: the error record a bounded loop writes (``record_error``) and the answer every
+thread of a program agrees on (``healthy``), read through the context's extensions."""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+from iris.mem.common.target import target_builtin
+
+from ._constants import _BASES, _ERROR_CODE, _ERROR_HEAP_CLOSED, _ERROR_RECORD, _RECORD_AUX, _RECORD_CODE
+from ._constants import _RECORD_DETAIL, _RECORD_PEER, _RECORD_VALUE, _STATUS, _STATUS_CLOSED, _WORLD_SIZE
+
+__all__ = ["record_error", "healthy"]
+
+
+@triton.jit
+def _extensions(context_ptr):
+    """Where the context's extensions start: right after the W heap bases."""
+    return context_ptr + _BASES + tl.load(context_ptr + _WORLD_SIZE)
+
+
+
+@target_builtin
+def _every_thread(target):
+    """Lanes of the reduction that gives every thread of a program the same value. Compiled: at
+    least one per thread (1024 threads: 32 warps of 32, 16 of 64), so no warp holds a replica of
+    another's lanes and the reduction crosses the warps through shared memory, which every thread
+    then reads. CPU ranks, where a program is one thread (the interpreter calls this without the
+    code generator's semantic): one, since the interpreter reduces lane by lane in Python."""
+    return 1 if target is None else 1024
+
+
+@triton.jit
+def _program_max(x):
+    """The largest ``x`` any thread of the program holds, the same on every thread.
+
+    A per-thread read (the clock, a volatile load) may differ between warps; a branch on it would
+    send them different ways, and warps that part meet each other's barriers (every reduction and
+    every polled atomic has them). Atomics need none of this: their result reaches every thread
+    through shared memory already (protocol notes in iris.ccl.protocol).
+    """
+    LANES: tl.constexpr = _every_thread()
+    return tl.max(tl.zeros([LANES], x.dtype) + x, axis=0)
+
+
+@triton.jit
+def _no_error(extensions):
+    return tl.load(extensions + _ERROR_CODE, volatile=True) == 0
+
+
+@triton.jit
+def healthy(context_ptr):
+    """Whether no device error is recorded in the context, the same answer on every thread of the
+    program (each reads ``EXT_ERROR_CODE`` volatile; one that sees an error decides for all)."""
+    return _program_max((_no_error(_extensions(context_ptr)) == 0).to(tl.int32)) == 0
+
+
+@triton.jit
+def record_error(context_ptr, code, detail, value, peer, aux):
+    """Record device error ``code`` (an ``ERROR_*`` of ``iris.heap.context``) unless one is recorded.
+
+    The first error wins: a CAS of the context's ``EXT_ERROR_CODE`` word from 0 (acq_rel, sys
+    scope), which every bounded wait reads to stop at once. The winner fills the host-visible
+    error record: ``detail``, ``value``, ``peer`` and ``aux`` (int64; their meaning is the code's),
+    then ``code`` last with a release exchange, so a host that sees the code sees the rest
+    (``heap.check_device_errors()`` raises it without a device sync). Returns whether this call
+    won. Scalars only: one thread of the program does the work.
+    """
+    code64 = tl.cast(code, tl.int64)
+    ext = _extensions(context_ptr)
+    won = tl.atomic_cas(ext + _ERROR_CODE, tl.cast(0, tl.int64), code64, sem="acq_rel", scope="sys") == 0
+    if won:
+        record = tl.load(ext + _ERROR_RECORD).to(tl.pointer_type(tl.int64), bitcast=True)
+        # Scalar stores and atomics run on the same (first) thread: program order, then release.
+        tl.store(record + _RECORD_DETAIL, tl.cast(detail, tl.int64))
+        tl.store(record + _RECORD_VALUE, tl.cast(value, tl.int64))
+        tl.store(record + _RECORD_PEER, tl.cast(peer, tl.int64))
+        tl.store(record + _RECORD_AUX, tl.cast(aux, tl.int64))
+        tl.atomic_xchg(record + _RECORD_CODE, code64, sem="release", scope="sys")
+    return won
+
+
+@triton.jit
+def _record_if_closed(context_ptr, world_size):
+    """Record ERROR_HEAP_CLOSED when the context is a closed heap's (one scalar load otherwise)."""
+    if tl.load(context_ptr + _BASES + world_size + _STATUS) == _STATUS_CLOSED:
+        record_error(context_ptr, _ERROR_HEAP_CLOSED, 0, 0, -1, 0)

@@ -109,8 +109,8 @@ def _env() -> dict:
 
 
 def _mps_running() -> bool:
-    """Whether an MPS daemon runs, by the examples' own probe (``iris.examples.environment.mps``)."""
-    probe = "from iris.examples.environment import mps; print(mps())"
+    """Whether an MPS daemon runs, by the examples' own probe (``iris.examples.harness.environment.mps``)."""
+    probe = "from iris.examples.harness.environment import mps; print(mps())"
     out = subprocess.run([sys.executable, "-c", probe], env=_env(), cwd=ROOT, capture_output=True, text=True)
     return out.stdout.strip() == "on"
 

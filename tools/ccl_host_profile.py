@@ -2,7 +2,7 @@
 
     python3 tools/ccl_host_profile.py [--ranks 2] [--rounds 30] [--calls 100] [--backend triton] [--profile]
 
-Every rank issues the same calls, timed by ``iris.examples.timing.host_seconds`` (ccl-bench's
+Every rank issues the same calls, timed by ``iris.examples.harness.timing.host_seconds`` (ccl-bench's
 ``host us``): per kind, batches of ``--calls`` calls issued back to back, the kinds taking turns
 for ``--rounds`` rounds, the median of the slowest rank's batches; and its ratio to the bare
 launch's (issue 14's target is the ratio):
@@ -34,7 +34,7 @@ def _rank(rank, world_size, rounds, calls, backend, profile):
     import iris.heap
     from iris.ccl import plans
     from iris.ccl.workspace import workspace_of
-    from iris.examples import timing
+    from iris.examples.harness import timing
 
     heap = iris.heap.init(1 << 24)
     x = heap.randn(256)

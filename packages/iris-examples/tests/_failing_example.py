@@ -1,7 +1,7 @@
 """A module with the example interface whose rank 1 raises after the heap is mapped.
 
 Not an example of the package: test_launch.py registers it under a name of its own and runs it
-through ``iris.examples.cli.main``, to check what a user sees when a rank fails (rank, message,
+through ``iris.examples.harness.cli.main``, to check what a user sees when a rank fails (rank, message,
 traceback, exit status 1) and that nothing leaks.
 """
 

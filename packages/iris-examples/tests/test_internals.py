@@ -1,4 +1,4 @@
-"""iris.examples._internals: the one place the examples reach into torch's private API, each
+"""iris.examples.harness._internals: the one place the examples reach into torch's private API, each
 reach checked for on the installed torch, with a clear error where it is missing."""
 
 import re
@@ -6,7 +6,7 @@ import re
 import pytest
 import torch
 
-from iris.examples import _internals, timing
+from iris.examples.harness import _internals, timing
 
 
 def test_this_torch_has_the_spin():

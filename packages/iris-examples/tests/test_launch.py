@@ -11,7 +11,7 @@ HERE = Path(__file__).parent
 
 SCRIPT = """
 import sys
-from iris.examples import cli, registry
+from iris.examples.harness import cli, registry
 registry.EXAMPLES["failing"] = registry.Example("failing", "_failing_example", "triton", "fails on rank 1")
 sys.exit(cli.main(["failing", "--ranks", "3", "--cpu"]))
 """
@@ -50,7 +50,7 @@ def test_one_failure_type_for_the_launcher_and_the_test_runner():
     import pickle
 
     import iris.heap
-    from iris.examples import launch
+    from iris.examples.harness import launch
     from iris.testing import world
 
     assert launch.RankFailedError is iris.heap.RankFailedError is world.RankFailedError

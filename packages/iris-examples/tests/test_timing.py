@@ -1,4 +1,4 @@
-"""iris.examples.timing.time_launches: the one timer of the examples and benchmarks.
+"""iris.examples.harness.timing.time_launches: the one timer of the examples and benchmarks.
 
 (Moved with the timer from iris-heap's tests.)
 """
@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from iris.examples.timing import host_seconds, max_over_ranks, time_launches
+from iris.examples.harness.timing import host_seconds, max_over_ranks, time_launches
 from iris.testing.world import run
 
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

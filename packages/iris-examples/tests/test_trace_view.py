@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from iris.examples import cli, trace_view
+from iris.examples.harness import cli, trace_view
 from iris.heap import context as abi
 from iris.heap.tracing import EVENTS, chrome_trace
 

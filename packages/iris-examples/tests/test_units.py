@@ -2,7 +2,7 @@
 
 import pytest
 
-from iris.examples.units import format_bytes, parse_size
+from iris.examples.harness.units import format_bytes, parse_size
 
 
 @pytest.mark.parametrize(

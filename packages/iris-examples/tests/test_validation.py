@@ -4,7 +4,8 @@ import argparse
 
 import torch
 
-from iris.examples import message_passing, validation
+from iris.examples import message_passing
+from iris.examples.harness import validation
 
 
 def test_compare_accepts_the_torch_reference():

@@ -1,8 +1,8 @@
-"""``python -m iris.examples NAME [--ranks N] [...]``: see ``iris.examples.cli``."""
+"""``python -m iris.examples NAME [--ranks N] [...]``: see ``iris.examples.harness.cli``."""
 
 import sys
 
-from iris.examples.cli import main
+from iris.examples.harness.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

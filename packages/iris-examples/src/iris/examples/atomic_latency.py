@@ -30,8 +30,8 @@ import iris.heap
 import iris.mem.triton as imt
 from iris.mem.triton import Context
 
-from . import environment, tables, timing, trace, validation
-from .options import positive_int
+from .harness import environment, tables, timing, trace, validation
+from .harness.options import positive_int
 
 __all__ = ["SUMMARY", "add_arguments", "check_arguments", "rank_main", "report"]
 

@@ -12,7 +12,7 @@ Before the timed calls, every collective at every size is checked against torch 
 whose sums are exact in fp32.
 
 Time per call, on a GPU: every rank queues ``--reps`` calls back to back behind a spin and times
-them with CUDA events (``iris.examples.timing.time_launches``, the ranks agreeing on every sample), so
+them with CUDA events (``iris.examples.harness.timing.time_launches``, the ranks agreeing on every sample), so
 the figure is the device time of a stream of collectives, as in nccl-tests' loop of calls, without
 the host's launch path (60-80 us per call on an H200 host) in it; the median of ``--iters`` samples.
 Each sample's calls follow one untimed call that lines the ranks' streams up: the ranks' spins end
@@ -48,9 +48,9 @@ import torch
 import iris.ccl as ccl
 import iris.heap
 
-from . import environment, tables, timing, trace, validation
-from .options import positive_int
-from .units import format_bytes, size_type
+from .harness import environment, tables, timing, trace, validation
+from .harness.options import positive_int
+from .harness.units import format_bytes, size_type
 
 __all__ = ["COLLECTIVES", "SUMMARY", "add_arguments", "check_arguments", "expected", "rank_main", "report", "traffic"]
 

@@ -58,9 +58,9 @@ import iris.heap
 import iris.ops as ops
 import iris.ops.config
 
-from . import environment, tables, timing, validation
-from . import trace as trace_option  # --trace (ops_config takes a keyword named trace)
-from .options import positive_int
+from .harness import environment, tables, timing, validation
+from .harness import trace as trace_option  # --trace (ops_config takes a keyword named trace)
+from .harness.options import positive_int
 
 __all__ = [
     "BACKENDS",

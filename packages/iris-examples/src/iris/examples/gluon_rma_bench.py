@@ -15,7 +15,7 @@ buffers: ``put`` writes our ``src`` into the next rank's ``dst``, ``get`` reads 
 (after its warm-up) for the rank whose data it should have delivered. Bandwidth counts the bytes
 read plus the bytes written, per rank (the slowest rank's median time) and, with
 ``--concurrent``, summed over ranks. On a GPU each sample is ``--reps`` launches queued back to
-back behind a spin (``iris.examples.timing.time_launches``). Several ranks may share one GPU (run
+back behind a spin (``iris.examples.harness.timing.time_launches``). Several ranks may share one GPU (run
 under MPS for concurrency; the caption says whether an MPS daemon runs). On CPU ranks the sizes
 are tiny: a smoke test, not a measurement.
 
@@ -41,9 +41,10 @@ import iris.heap
 import iris.mem.gluon as img
 import iris.mem.triton as imt
 
-from . import environment, rma_bench, rma_sweep, tables, timing, trace, validation
-from .options import positive_int
-from .units import format_bytes, size_type
+from . import rma_bench, rma_sweep
+from .harness import environment, tables, timing, trace, validation
+from .harness.options import positive_int
+from .harness.units import format_bytes, size_type
 
 __all__ = ["SUMMARY", "add_arguments", "check_arguments", "rank_main", "report"]
 
@@ -163,7 +164,7 @@ def _expected_source(rank, world_size, op):
 
 def _time_once(fn, device, reps: int) -> float:
     """Seconds per launch: on a GPU the device time of ``reps`` launches queued back to back
-    behind a spin (``iris.examples.timing.time_launches``), so neither the host's launch path nor
+    behind a spin (``iris.examples.harness.timing.time_launches``), so neither the host's launch path nor
     an idle GPU between launches is in the figure; on CPU the wall time of one launch."""
     return timing.time_launches(fn, reps=reps if device.type == "cuda" else 1, iters=1, warmup=1, device=device)
 

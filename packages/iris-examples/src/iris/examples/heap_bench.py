@@ -26,9 +26,9 @@ import time
 import iris.heap
 from iris.heap.allocator import BlockAllocator
 
-from . import environment, tables
-from .options import positive_int
-from .units import format_bytes, size_type
+from .harness import environment, tables
+from .harness.options import positive_int
+from .harness.units import format_bytes, size_type
 
 __all__ = ["SUMMARY", "add_arguments", "rank_main", "report"]
 

@@ -27,9 +27,9 @@ import iris.mem.triton as imt
 from iris.mem.gluon import Context as GluonContext
 from iris.mem.triton import Context
 
-from . import environment, tables, timing, trace, validation
-from .options import DTYPES, dtype_type, positive_int
-from .units import format_bytes, size_type
+from .harness import environment, tables, timing, trace, validation
+from .harness.options import DTYPES, dtype_type, positive_int
+from .harness.units import format_bytes, size_type
 
 __all__ = ["SUMMARY", "add_arguments", "check_arguments", "payload", "rank_main", "report"]
 

@@ -18,7 +18,7 @@ For each operation and shape (per rank, tensor parallelism over the ranks of the
   operation that overlaps perfectly runs at its limit; one that does not, at the sum.
 
 ``comm share`` = collective / (matmul + collective). Times are queued device times with the
-ranks' streams lined up (``iris.examples.timing.time_launches``, as ``ccl-bench``), the slowest
+ranks' streams lined up (``iris.examples.harness.timing.time_launches``, as ``ccl-bench``), the slowest
 rank's, median of ``--iters`` samples of ``--reps`` calls. Each path is checked against torch once
 before it is timed. Traffic per operation, summed over W ranks, e = element size:
 
@@ -44,9 +44,9 @@ import iris.ccl as ccl
 import iris.heap
 import iris.ops as ops
 
-from . import environment, tables, timing, trace, validation
 from .ccl_bench import copy_roofline
-from .options import positive_int
+from .harness import environment, tables, timing, trace, validation
+from .harness.options import positive_int
 
 __all__ = ["OPS", "SUMMARY", "add_arguments", "check_arguments", "parse_shape", "rank_main", "report", "traffic"]
 

@@ -8,7 +8,7 @@ through translated pointers (``ctx.load`` from the next rank, ``ctx.store`` / ``
 ``get`` from it, ``copy`` from the next rank into the previous one); ``vs local`` is against
 the local Triton copy of the same size in the same run, and bandwidth counts the bytes read plus
 the bytes written. On a GPU each sample is ``--reps`` launches queued back to back behind a spin
-(``iris.examples.timing.time_launches``: device time, not the host's launch path); on CPU ranks
+(``iris.examples.harness.timing.time_launches``: device time, not the host's launch path); on CPU ranks
 the wall time of one launch. Atomic latency: a dependent chain of ``--atomic-chain`` remote
 atomics in one program. Atomic throughput: every lane of every program adds 1 to the next
 rank's counters (distinct words, or one word).
@@ -40,9 +40,9 @@ import iris.heap
 import iris.mem.triton as imt
 from iris.mem.triton import Context
 
-from . import environment, tables, timing, trace
-from .options import DTYPES, positive_int
-from .units import format_bytes, size_type
+from .harness import environment, tables, timing, trace
+from .harness.options import DTYPES, positive_int
+from .harness.units import format_bytes, size_type
 
 __all__ = ["SUMMARY", "add_arguments", "check_arguments", "rank_main", "report"]
 
@@ -192,7 +192,7 @@ def check_arguments(args: argparse.Namespace) -> None:
 
 def _time_ms(fn, device, iters, warmup, reps=1):
     """Median milliseconds per launch of fn(): on a GPU the device time of ``reps`` launches
-    queued back to back (``iris.examples.timing.time_launches``), so neither the host's launch
+    queued back to back (``iris.examples.harness.timing.time_launches``), so neither the host's launch
     path nor an idle GPU between launches is counted; on CPU the wall time of one launch."""
     gpu = device.type == "cuda"
     return 1e3 * timing.time_launches(fn, reps=reps if gpu else 1, iters=iters, warmup=warmup, device=device)

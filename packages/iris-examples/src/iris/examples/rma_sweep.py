@@ -26,9 +26,9 @@ import triton.language as tl
 import iris.heap
 import iris.mem.gluon as img
 
-from . import environment, tables, timing, trace, validation
-from .options import positive_int
-from .units import format_bytes, size_type
+from .harness import environment, tables, timing, trace, validation
+from .harness.options import positive_int
+from .harness.units import format_bytes, size_type
 
 __all__ = ["Operation", "add_arguments", "payload", "report", "run"]
 

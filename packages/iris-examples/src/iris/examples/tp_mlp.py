@@ -12,7 +12,7 @@ is those two ``iris.ops`` calls and a GELU; the unfused block is ``iris.ccl.all_
 ``torch.matmul``, GELU, ``torch.matmul`` and ``iris.ccl.reduce_scatter`` (and the same with NCCL
 where every rank has a GPU of its own). Both are checked against the block computed by torch on
 one rank from the gathered weights, and timed as queued device time with the ranks lined up
-(``iris.examples.timing``), the slowest rank's.
+(``iris.examples.harness.timing``), the slowest rank's.
 
 Widths: hidden 4096 with intermediate 14336 and hidden 8192 with 28672 (Llama-3 8B and 70B's),
 1k to 16k tokens; CPU ranks run a small block.
@@ -28,9 +28,9 @@ import iris.ccl as ccl
 import iris.heap
 import iris.ops as ops
 
-from . import environment, tables, timing, trace, validation
+from .harness import environment, tables, timing, trace, validation
+from .harness.options import positive_int
 from .ops_bench import _ccl_programs, parse_shape
-from .options import positive_int
 
 __all__ = ["SUMMARY", "add_arguments", "check_arguments", "rank_main", "report"]
 

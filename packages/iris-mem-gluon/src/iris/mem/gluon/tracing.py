@@ -40,56 +40,15 @@ from triton.experimental.gluon import language as gl
 from iris.heap import context as _abi
 from iris.mem.common import aggregate
 
-from . import _cpu, ops
+from . import ops
 from ._cpu import interpret
+from ._internals import sm_id_asm as _sm_id
 from .ops import clock_ns
 
 __all__ = ["Tracing", "device_clock", "trace_state", "record_start", "record_end", "record_instant"]
 
 # Device code reads the context and the buffer's layout as attributes of iris.heap.context (_abi.*):
 # the code generator takes a module's int attributes as constants, on triton 3.6 and 3.9.
-
-#: The multiprocessor id's inline assembly per code generator backend, as (asm, constraint, shift):
-#: the reads combine as ``sum(r << shift)``. AMD: HW_ID bits 15:8 (compute unit, shader array,
-#: shader engine), and on gfx94x/gfx95x the die (XCC_ID bits 3:0) above them.
-_SM_ASM = {
-    "cuda": [("mov.u32 $0, %smid;", "=r", 0)],
-    "hip": [("s_getreg_b32 $0, hwreg(HW_REG_HW_ID, 8, 8)", "=s", 0)],
-    "hip-xcc": [("s_getreg_b32 $0, hwreg(HW_REG_HW_ID, 8, 8)", "=s", 0), ("s_getreg_b32 $0, hwreg(HW_REG_XCC_ID, 0, 4)", "=s", 8)],
-}  # fmt: skip
-
-
-def _sm_reads(options):
-    backend = options.backend_name
-    if backend == "hip":
-        arch = str(getattr(options, "arch", ""))
-        if arch.startswith(("gfx94", "gfx95")):
-            return _SM_ASM["hip-xcc"]
-        return _SM_ASM["hip"] if arch.startswith("gfx9") else []
-    return _SM_ASM.get(backend, [])
-
-
-def _sm_id(_semantic=None):
-    """The multiprocessor this program runs on, an int64 scalar (the body of ``sm_id``).
-
-    CPU ranks: 0 (CPU execution runs this as Python during a launch, where inline assembly cannot
-    run). Compiled: per the code generator's options, as ``ops.clock_ns`` picks its clock. Read at
-    every event: a program may be moved between multiprocessors (NVIDIA documents ``%smid`` may
-    change).
-    """
-    if _cpu._state.launches:
-        return gl.cast(0, gl.int64)
-    out = gl.cast(0, gl.int64, _semantic=_semantic)
-    for asm, constraint, shift in _sm_reads(_semantic.builder.options):
-        part = gl.inline_asm_elementwise(
-            asm, constraint, [], dtype=gl.int32, is_pure=False, pack=1, _semantic=_semantic
-        )
-        part = part.to(gl.int64, _semantic=_semantic)
-        out = out.__or__(part.__lshift__(shift, _semantic=_semantic), _semantic=_semantic)
-    return out
-
-
-_sm_id.__triton_builtin__ = True  # compiled: called with the code generator's _semantic
 
 
 @gluon.jit

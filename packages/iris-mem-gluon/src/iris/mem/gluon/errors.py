@@ -1,0 +1,101 @@
+"""Device errors: the error record a bounded loop writes (``record_error``) and the answer every
+thread of a program agrees on (``healthy``), read through the context's extensions."""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+from iris.mem.common.target import target_builtin
+
+from ._constants import _BASES, _ERROR_CODE, _ERROR_HEAP_CLOSED, _ERROR_RECORD, _RECORD_AUX, _RECORD_CODE
+from ._constants import _RECORD_DETAIL, _RECORD_PEER, _RECORD_VALUE, _STATUS, _STATUS_CLOSED, _WORLD_SIZE
+from ._internals import on_cpu as _on_cpu
+
+__all__ = ["record_error", "healthy"]
+
+
+@gluon.jit
+def _extensions(context_ptr):
+    """Where the context's extensions start: right after the W heap bases."""
+    return context_ptr + _BASES + gl.load(context_ptr + _WORLD_SIZE)
+
+
+
+@target_builtin
+def _every_thread(target):
+    """Lanes of the reduction that gives every thread of a program the same value. Compiled: at
+    least one per thread (1024 threads: 32 warps of 32, 16 of 64), in a layout that spreads them
+    over every thread (``_every_thread_layout``), so the reduction crosses the warps through
+    shared memory, which every thread then reads. CPU ranks, where a program is one thread: one,
+    since the interpreter reduces lane by lane in Python."""
+    return 1 if _on_cpu(target) else 1024
+
+
+@target_builtin
+def _every_thread_layout(target):
+    """A 1-D layout over every thread of the program: the compile target's warp size and the
+    launch's warps, from the code generator's options (``iris.mem.common.target``). CPU ranks run
+    the kernel as Python and drop layouts: any serves there."""
+    if _on_cpu(target):
+        return gl.BlockedLayout([1], [32], [1], [0])
+    return gl.BlockedLayout([1], [target.warp_size], [target.num_warps], [0])
+
+
+@gluon.jit
+def _program_max(x):
+    """The largest ``x`` (a scalar) any thread of the program holds, the same on every thread.
+
+    A per-thread read (the clock, a volatile load) may differ between warps; a branch on it would
+    send them different ways, and warps that part meet each other's barriers (every reduction and
+    every polled atomic has them). Atomics need none of this: their result reaches every thread
+    through shared memory already (protocol notes in iris.ccl.protocol).
+    """
+    LANES: gl.constexpr = _every_thread()
+    L: gl.constexpr = _every_thread_layout()
+    return gl.max(gl.zeros([LANES], x.dtype, layout=L) + x, axis=0)
+
+
+@gluon.jit
+def _no_error(extensions):
+    return gl.load(extensions + _ERROR_CODE, volatile=True) == 0
+
+
+@gluon.jit
+def healthy(context_ptr):
+    """Whether no device error is recorded in the context, the same answer on every thread of the
+    program (each reads ``EXT_ERROR_CODE`` volatile; one that sees an error decides for all)."""
+    return _program_max((_no_error(_extensions(context_ptr)) == 0).to(gl.int32)) == 0
+
+
+@gluon.jit
+def record_error(context_ptr, code, detail, value, peer, aux):
+    """Record device error ``code`` (an ``ERROR_*`` of ``iris.heap.context``) unless one is recorded.
+
+    The first error wins: a CAS of the context's ``EXT_ERROR_CODE`` word from 0 (acq_rel, sys
+    scope), which every bounded wait reads to stop at once. The winner fills the host-visible
+    error record: ``detail``, ``value``, ``peer`` and ``aux`` (int64; their meaning is the code's),
+    then ``code`` last with a release exchange, so a host that sees the code sees the rest
+    (``heap.check_device_errors()`` raises it without a device sync). Returns whether this call
+    won. Scalars only (scalar pointers and values: what Gluon's atomics accept without a layout);
+    one thread of the program does the work.
+    """
+    code64 = gl.cast(code, gl.int64)
+    ext = _extensions(context_ptr)
+    won = gl.atomic_cas(ext + _ERROR_CODE, gl.cast(0, gl.int64), code64, sem="acq_rel", scope="sys") == 0
+    if won:
+        record = gl.load(ext + _ERROR_RECORD).to(gl.pointer_type(gl.int64), bitcast=True)
+        # Scalar stores and atomics run on the same (first) thread: program order, then release.
+        gl.store(record + _RECORD_DETAIL, gl.cast(detail, gl.int64))
+        gl.store(record + _RECORD_VALUE, gl.cast(value, gl.int64))
+        gl.store(record + _RECORD_PEER, gl.cast(peer, gl.int64))
+        gl.store(record + _RECORD_AUX, gl.cast(aux, gl.int64))
+        gl.atomic_xchg(record + _RECORD_CODE, code64, sem="release", scope="sys")
+    return won
+
+
+@gluon.jit
+def _record_if_closed(context_ptr, world_size):
+    """Record ERROR_HEAP_CLOSED when the context is a closed heap's (one scalar load otherwise)."""
+    if gl.load(context_ptr + _BASES + world_size + _STATUS) == _STATUS_CLOSED:
+        record_error(context_ptr, _ERROR_HEAP_CLOSED, 0, 0, -1, 0)

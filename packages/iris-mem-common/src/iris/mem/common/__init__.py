@@ -3,10 +3,10 @@ spellings that differ between triton 3.6 and 3.9, and the scoped changes to Trit
 that CPU ranks need. For ``iris.mem.triton`` and ``iris.mem.gluon`` only; not a user API.
 
 Why a distribution of its own: the two mem layers may import neither each other nor triton through
-iris-heap (DESIGN.md: ``iris.heap`` never imports triton), so code both use lives here, the one
-distribution both depend on besides iris-heap. It imports triton only inside its functions, so
-importing it has no effect on anything (tested). It is an interface between distributions: it
-keeps its names within a minor release, the range the mem layers declare.
+iris-heap (``iris.heap`` never imports triton: it serves users without it), so code both use lives
+here, the one distribution both depend on besides iris-heap. It imports triton only inside its
+functions, so importing it has no effect on anything (tested). It is an interface between
+distributions: it keeps its names within a minor release, the range the mem layers declare.
 
 **The fence.** Every private Triton internal the mem layers share is reached through
 :mod:`iris.mem.common.target`, whose docstring tables each (what it reaches into, what happens
@@ -29,7 +29,8 @@ their old names: :func:`aggregate`, :func:`gluon_ast_source`, :func:`gluon_has_b
   loaded through one), so ``for r in range(world_size)`` fails; 3.9 squeezes first. Found by
   probing the installed interpreter, not by its version.
 
-**Scoped patches.** Importing an Iris package changes nothing outside it (DESIGN.md). What Iris
+**Scoped patches.** Importing an Iris package changes nothing outside it (each layer's
+``iris.testing.side_effects`` check). What Iris
 must change in Triton to run kernels on CPU ranks is a :class:`Patches`: installed when the first
 thread enters it, restored (the very objects that were there, or their absence) when the last
 thread leaves, on every path out, exceptions included. Each patched function acts only for the
@@ -37,8 +38,8 @@ threads inside and behaves as the original for every other thread. A layer's pub
 :class:`Scope` subclass (``iris.mem.gluon.interpret``, ``iris.mem.triton.interpret``): a context
 manager, a decorator of host functions, and a decorator of kernels whose launches enter it.
 Triton's interpreter itself replaces ``triton.language`` process-wide while a launch runs, so two
-threads must not run interpreted launches at once, with or without Iris (rank processes, not
-threads; PLATFORM.md).
+threads must not run interpreted launches at once, with or without Iris (CPU ranks are
+processes, never threads of one).
 """
 
 from __future__ import annotations

@@ -119,7 +119,7 @@ sm_id_asm.__triton_builtin__ = True  # compiled: called with the code generator'
 def aggregate(cls):
     """Make ``cls`` (annotated fields, a plain ``__init__``, ``@triton.jit`` methods) a Triton aggregate.
 
-    Two traps (see the project's PLATFORM.md): ``__init__`` must be callable by the code generator
+    Two traps: ``__init__`` must be callable by the code generator
     (triton 3.6; ``iris.mem.common.aggregate`` marks it, for both device layers); and under
     ``TRITON_INTERPRET=1`` ``@triton.jit`` methods are ``InterpretedFunction`` objects, which
     Triton's ``_aggregate`` does not copy onto the aggregate class and which do not bind ``self``:

@@ -1,7 +1,6 @@
 """iris.ccl._internals: every private torch and Triton internal iris.ccl touches, checked on the
 installed releases (the test sessions run Triton 3.6 and 3.9), and each fallback where it is missing."""
 
-import inspect
 import re
 
 import pytest
@@ -177,32 +176,12 @@ def test_a_triton_that_does_not_say_counts_as_hooked(monkeypatch):
     assert not _internals.launch_hooks_idle()
 
 
-# -- Gluon: the compile target's warp size -----------------------------------------------------------
+# -- Gluon: the compile target's warp size (iris.mem.common.target.target_builtin) ---------------------
 
 
 class _Semantic:
     def __init__(self, **options):
         self.builder = type("Builder", (), {"options": type("Options", (), options)()})()
-
-
-def test_a_target_builtin_gets_the_targets_warp_size_compiled_and_none_on_cpu():
-    seen = []
-
-    @_internals.target_builtin
-    def layout(block, warp_size):
-        """doc"""
-        seen.append((block, warp_size))
-        return block * 2
-
-    assert layout.__triton_builtin__ and layout.__name__ == "layout" and layout.__doc__ == "doc"
-    # the code generator passes its semantic only to builtins whose signature names it
-    assert "_semantic" in inspect.signature(layout).parameters
-    assert layout(4) == 8
-    got = layout(triton.language.constexpr(16), _semantic=_Semantic(warp_size=64))
-    assert isinstance(got, triton.language.constexpr) and got.value == 32
-    assert seen == [(4, None), (16, 64)]
-    with pytest.raises(RuntimeError, match=re.escape(f"triton {triton.__version__}")):
-        layout(4, _semantic=_Semantic())
 
 
 def test_gluon_tiles_take_the_targets_warp_size():

@@ -17,9 +17,10 @@ function               what it reaches into                                 wher
 ``launch_hooks_idle``  ``triton.knobs.runtime.launch_{enter,exit}_hook``    False: the full launch path
 ``resources``          ``CompiledKernel._init_handles``, ``n_regs``,        None: one program per SM
                        ``metadata.shared``
-``target_builtin``     ``__triton_builtin__`` and the code generator's      ``RuntimeError`` naming Triton
-                       ``_semantic.builder.options.warp_size``
 =====================  ===================================================  ==============================
+
+The builtin through which the Gluon kernels read the compile target's warp size is
+``iris.mem.common.target.target_builtin`` (the mem layers' fence, tabled and tested there).
 
 The torch probes run once, at import (a ``getattr``, which changes nothing), as does the import
 of ``triton.knobs``; the others at each call, on the object at hand.
@@ -45,7 +46,6 @@ __all__ = [
     "raw_stream",
     "resources",
     "run_compiled",
-    "target_builtin",
 ]
 
 #: ``parameters``' default of a parameter without one.
@@ -156,40 +156,3 @@ def resources(compiled) -> tuple[int, int] | None:
     if regs is None or shared is None:
         return None
     return int(regs), int(shared)
-
-
-# -- Gluon: what the code generator knows about the target ------------------------------------------
-
-
-def target_builtin(fn):
-    """``fn(*args, warp_size=...)`` made callable from ``@gluon.jit`` code as a builtin.
-
-    Compiled, the code generator calls it with its semantic; ``warp_size`` is then the compile
-    target's (so a kernel compiled for AMD on any host gets 64) and the result is returned as a
-    constexpr. On CPU ranks, where kernels run as Python, ``warp_size`` is None. Constexpr
-    arguments arrive as their values.
-    """
-
-    def builtin(*args, _semantic=None):
-        values = [getattr(a, "value", a) for a in args]  # constexprs as their values
-        if _semantic is None:
-            return fn(*values, warp_size=None)
-        import triton.language as tl
-
-        return tl.constexpr(fn(*values, warp_size=_warp_size(_semantic)))
-
-    builtin.__name__, builtin.__qualname__, builtin.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
-    builtin.__module__ = fn.__module__
-    builtin.__triton_builtin__ = True  # the code generator passes _semantic only to builtins
-    return builtin
-
-
-def _warp_size(semantic) -> int:
-    size = getattr(getattr(getattr(semantic, "builder", None), "options", None), "warp_size", None)
-    if size is None:
-        raise RuntimeError(
-            f"iris.ccl's Gluon kernels read the compile target's warp size from the code generator "
-            f"(its builder's options.warp_size, as in triton 3.6 to 3.9), which {_triton_version()} lacks; "
-            "install a supported triton or use Config(backend='triton')"
-        )
-    return int(size)

@@ -15,9 +15,10 @@ from iris.heap import context as abi
 from iris.heap.tracing import EVENTS
 from iris.mem.gluon import Context, Tracing
 from iris.mem.triton import INTERPRETED  # (iris-ccl always has iris-mem-triton: one probe of the interpreter)
+from iris.mem.common.target import target_builtin
 from iris.mem.gluon import ops as mops
 
-from . import _internals, protocol
+from . import protocol
 
 __all__ = ["begin", "cast_out", "combine", "finish", "give_up", "signal", "state", "tile_layout", "wait_flags"]
 
@@ -42,14 +43,14 @@ _ENTRY_WAIT = gl.constexpr(EVENTS["entry wait"])
 _EXIT_WAIT = gl.constexpr(EVENTS["exit wait"])
 
 
-@_internals.target_builtin
-def tile_layout(block, num_warps, dtype, warp_size):
+@target_builtin
+def tile_layout(block, num_warps, dtype, target):
     """The 1-D layout of a ``block``-element tile of ``dtype`` over ``num_warps`` warps.
 
-    Compiled: the compile target's warp size. On CPU ranks (``warp_size`` None) layouts are
+    Compiled: the compile target's warp size. On CPU ranks (``target`` None) layouts are
     dropped, so any valid one serves.
     """
-    threads = warp_size if warp_size is not None else img.warp_size()
+    threads = target.warp_size if target is not None else img.warp_size()
     size = max(1, dtype.primitive_bitwidth // 8)
     per_thread = max(1, min(_VECTOR_BYTES // size, block // (threads * num_warps)))
     return gl.BlockedLayout(

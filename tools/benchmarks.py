@@ -58,7 +58,8 @@ STEPS = [
          "pointers; `ratio_vs_local` is against a plain local Triton copy of the same size in the same "
          "run (target >= 0.97 at >= 64 MiB). Atomic latency is a dependent chain on one program."),
     Step("gluon_rma", "iris.mem.gluon: Gluon remote copy against the Triton backend",
-         (*EXAMPLES, "gluon-rma-bench", "--ranks", "2", "--csv", "{csv}"),
+         (*EXAMPLES, "rma-bench", "--backend", "gluon", "--ops", "put", "get", "copy", "--all-turns", "--ranks", "2",
+          "--csv", "{csv}"),
          "Gluon put/get/copy bandwidth; `vs_triton` is against iris.mem.triton's same operation in the "
          "same run (target >= 0.97 at >= 64 MiB), `vs_local` against a local copy."),
     Step("all_load", "iris.examples all-load", (*EXAMPLES, "all-load", "--ranks", "4", "--csv", "{csv}"),

@@ -119,14 +119,22 @@ def test_rma_bench(tmp_path):
     assert {r["rank"] for r in rows} == {"0"}  # rank 0 measures, the others wait
 
 
-def test_gluon_rma_bench(tmp_path):
+def test_rma_bench_gluon(tmp_path):
+    """The Gluon kernels against the Triton ones; the CSV columns are those tools/benchmarks.py reads."""
     table = tmp_path / "gluon_rma.csv"
-    out = _ok(run_cli("gluon-rma-bench", "--ranks", "2", "--sizes", "16K", "--iters", "1", "--ops", "put", "copy",
-                      "--csv", str(table)))  # fmt: skip
-    assert "iris.mem.gluon" in out
+    out = _ok(run_cli("rma-bench", "--backend", "gluon", "--ranks", "2", "--sizes", "16K", "--iters", "1", "--ops",
+                      "put", "copy", "--csv", str(table)))  # fmt: skip
+    assert "iris.mem.gluon" in out and "remote atomic" not in out
     columns, rows = _csv(table)
     assert columns == ["size_bytes", "op", "impl", "ranks", "seconds", "rank_gbps", "total_gbps", "vs_local",
                        "vs_triton", "launches", "dtype", "block", "warps", "device", "mps", "triton"]  # fmt: skip
     assert [(r["impl"], r["op"]) for r in rows] == [(impl, op) for impl in ("gluon", "triton")
                                                     for op in ("local", "put", "copy")]  # fmt: skip
     assert all(float(r["vs_local"]) > 0 for r in rows)
+
+
+def test_gluon_rma_bench_is_a_deprecated_name_of_rma_bench_backend_gluon():
+    done = run_cli("gluon-rma-bench", "--ranks", "2", "--sizes", "16K", "--iters", "1", "--ops", "get")
+    out = _ok(done)
+    assert "gluon-rma-bench is deprecated" in done.stderr and "rma-bench --backend gluon" in done.stderr
+    assert "iris.mem.gluon" in out

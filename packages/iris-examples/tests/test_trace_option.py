@@ -113,13 +113,13 @@ def test_rma_bench_traces_each_copy_program_and_atomic_kernel(tmp_path):
         assert found == expected, rank
 
 
-def test_gluon_rma_bench_traces_each_program_of_both_implementations(tmp_path):
-    per_rank = _traced(tmp_path, "gluon-rma-bench", *BENCH, "--warmup", "1", ranks=2)
-    calls = 1 + 1 + 1  # --warmup 1, then per sample time_launches' warm-up and one launch (CPU ranks)
+def test_rma_bench_gluon_traces_each_program_of_both_implementations(tmp_path):
+    per_rank = _traced(tmp_path, "rma-bench", "--backend", "gluon", *BENCH, "--all-turns", ranks=2)
+    calls = 1 + 1  # a warm-up launch (--warmup 1 on CPU ranks) and one timed
     for rank, found in enumerate(per_rank):
-        target = {"put": 1 - rank, "get": 1 - rank, "copy": 1 - rank}  # copy writes rank - 1: the peer with 2 ranks
-        assert found == {(f"remote {op} ({impl})", p, target[op], TILES[p]): calls
-                         for impl in ("gluon", "triton") for op in ("put", "get", "copy") for p in (0, 1)}, rank  # fmt: skip
+        peer = 1 - rank  # the rank read or written; copy writes rank - 1: the peer with 2 ranks
+        assert found == {(f"remote {op} ({impl})", p, peer, TILES[p]): calls for impl in ("gluon", "triton")
+                         for op in ("load", "store", "get", "put", "copy") for p in (0, 1)}, rank  # fmt: skip
 
 
 @pytest.mark.parametrize("ranks", [2, 3])
@@ -160,7 +160,7 @@ def compile_instrumented_kernels(rank, world_size):
     from triton.compiler import ASTSource
 
     import iris.mem.gluon as img
-    from iris.examples import all_peers, atomic_latency, gluon_rma_bench, rma_bench
+    from iris.examples import all_peers, atomic_latency, rma_bench
 
     target = GPUTarget("cuda", 90, 32)
     layout = img.blocked_layout(1024, 4, target=target, dtype=torch.float32)
@@ -179,7 +179,8 @@ def compile_instrumented_kernels(rank, world_size):
                             {"OP": "cas", "SEM": "acq_rel"}),
         "rma-bench batch": (rma_bench.atomic_throughput_kernel, ASTSource, counters,
                             {"REPS": 2, "LANES": 64, "CONTENDED": False, "SEM": "relaxed"}),
-        "gluon-rma-bench gluon": (gluon_rma_bench.gluon_rma, img.GluonASTSource, sweep, {"OP": "copy", "BLOCK": 1024, "L": layout}),
+        "rma-bench gluon": (rma_bench.gluon_remote_copy_kernel, img.GluonASTSource, bench,
+                            {"OP": "copy", "BLOCK": 1024, "L": layout}),
         "atomic-latency ping-pong": (atomic_latency.ping_pong_kernel, ASTSource,
                                      {"flag": "*i32", "context_ptr": "*i64", "peer": "i32", "base": "i32", "rounds": "i32",
                                       "EVENT": "i32"}, {"FIRST": True, "OP": "cas"}),

@@ -1,62 +1,86 @@
-"""rma-bench: iris.mem.triton's translated remote load/store/get/put/copy against a local copy, and
-the latency and throughput of remote atomics.
+"""rma-bench: remote load/store/get/put/copy through translated pointers against a local copy, with
+the Triton kernels (iris.mem.triton) or the Gluon kernels (iris.mem.gluon, compared with the
+Triton ones too); with Triton also the latency and throughput of remote atomics.
 
     python -m iris.examples rma-bench --ranks 4 [--sizes 1M 64M 1G] [--csv rma.csv]
+    python -m iris.examples rma-bench --ranks 2 --backend gluon [--ops put get copy] [--all-turns]
 
-Bandwidth: for each size, ``torch.Tensor.copy_``, a plain local Triton copy, and the same copy
-through translated pointers (``ctx.load`` from the next rank, ``ctx.store`` / ``put`` into it,
-``get`` from it, ``copy`` from the next rank into the previous one); ``vs local`` is against
-the local Triton copy of the same size in the same run, and bandwidth counts the bytes read plus
-the bytes written. On a GPU each sample is ``--reps`` launches queued back to back behind a spin
-(``iris.examples.harness.timing.time_launches``: device time, not the host's launch path); on CPU ranks
-the wall time of one launch. Atomic latency: a dependent chain of ``--atomic-chain`` remote
-atomics in one program. Atomic throughput: every lane of every program adds 1 to the next
-rank's counters (distinct words, or one word).
+Bandwidth: for each size, each case moves one buffer of that size: a plain local copy of the
+backend (``vs local`` is against it; with Triton ``torch.Tensor.copy_`` too), and each remote
+operation: ``load`` reads the next rank's ``src`` into our ``dst``, ``store`` and ``put`` write our
+``src`` into the next rank's ``dst``, ``get`` reads the next rank's ``src``, ``copy`` moves the next
+rank's ``src`` into the previous rank's ``dst`` (with 2 ranks both are the one peer). With
+``--backend gluon`` the Triton kernels run the same cases (``vs triton``, the Gluon target's
+baseline) unless ``--no-triton``. Bandwidth counts the bytes read plus the bytes written.
 
-By default ranks take turns: one rank measures while the others wait (``--all-turns``: every rank
-takes a turn; otherwise rank 0 alone), so the figures show what translation costs, not how
-processes share the GPU; ``--concurrent`` runs every rank at once. Several ranks may share one
-GPU (CUDA IPC; run them under MPS). On CPU ranks the sizes are tiny: it shows that it runs.
+Every rank runs each case's ``--warmup`` launches at once, and the case is checked for the rank
+whose data it should have delivered. Then ``--iters`` rounds, each timing every case once (so drift
+hits all alike): one rank measures while the others wait at a host barrier (rank 0;
+``--all-turns``: every rank in turn), so the figures show what translation costs, not how processes
+share the GPU; ``--concurrent`` times every rank at once. A figure is the slowest measuring rank's
+median. On a GPU each sample is ``--reps`` launches queued back to back behind a spin
+(``iris.examples.harness.timing.time_launches``: device time, not the host's launch path); on CPU
+ranks the wall time of one launch, at tiny sizes: it shows that it runs. Several ranks may share
+one GPU (CUDA IPC; run them under MPS; the caption says whether an MPS daemon runs).
 
-``--trace FILE``: every program of the remote copies records its operation ("remote load",
-"remote store", "remote get", "remote put", "remote copy"; target rank: the rank read, or for
+Atomics (Triton): a dependent chain of ``--atomic-chain`` remote atomics in one program
+(latency), and every lane of every program adding 1 to the next rank's counters, distinct words or
+one word (throughput), measured in the same turns.
+
+``--trace FILE``: every program of the remote copies records its operation ("remote load", ...;
+with Gluon "remote load (gluon)", ..., "remote load (triton)"; target rank: the rank read, or for
 store/put/copy the rank written; bytes: what the program moved), each latency kernel an "atomic
-chain" (the peer; 4 bytes per atomic) and each program of the throughput kernels an "atomic
-batch" (the peer; 4 bytes per atomic), warm-up and timed launches alike: the timed figures then
-include the tracing. The local copies are not traced.
+chain" and each program of the throughput kernels an "atomic batch" (the peer; 4 bytes per
+atomic), warm-up and timed launches alike: the timed figures then include the tracing. The local
+copies are not traced.
 
-(This was ``packages/iris-mem-triton/benchmarks/bench_rma.py``.)
+(The Gluon half was ``gluon-rma-bench``, a name that still runs ``rma-bench --backend gluon``.)
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 
 import torch
 import triton
 import triton.language as tl
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
 
 import iris.heap
+import iris.mem.gluon as img
 import iris.mem.triton as imt
 from iris.mem.triton import Context
 
-from .harness import environment, tables, timing, trace
+from .harness import environment, tables, timing, trace, validation
 from .harness.options import DTYPES, positive_int
 from .harness.units import format_bytes, size_type
 
-__all__ = ["SUMMARY", "add_arguments", "check_arguments", "rank_main", "report"]
+__all__ = ["SUMMARIES", "SUMMARY", "add_arguments", "check_arguments", "rank_main", "report"]
 
 SUMMARY = (
-    "iris.mem.triton remote load/store/get/put/copy bandwidth vs a local copy, remote atomic latency and throughput"
+    "remote load/store/get/put/copy bandwidth vs a local copy (Triton, or Gluon vs Triton); "
+    "Triton: remote atomic latency and throughput"
 )
-BACKENDS = ("triton",)
+SUMMARIES = {
+    "rma-bench": SUMMARY,
+    "gluon-rma-bench": "deprecated name of rma-bench --backend gluon",
+}
+BACKENDS = ("triton", "gluon")
 
 MiB = 1 << 20
-COPY_OPS = ("load", "store", "get", "put", "copy")
-CSV_COLUMNS = ["rank", "section", "op", "bytes", "ranks", "ms", "GBps", "ratio_vs_local", "latency_us", "ops_per_s"]
+OPS = ("load", "store", "get", "put", "copy")
+DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # gluon-rma-bench's names
+# The CSV keeps each backend's columns as rma-bench and gluon-rma-bench wrote them: tools/benchmarks.py
+# and earlier results read them.
+TRITON_CSV_COLUMNS = ["rank", "section", "op", "bytes", "ranks", "ms", "GBps", "ratio_vs_local", "latency_us",
+                      "ops_per_s"]  # fmt: skip
+GLUON_CSV_COLUMNS = ["size_bytes", "op", "impl", "ranks", "seconds", "rank_gbps", "total_gbps", "vs_local", "vs_triton",
+                     "launches", "dtype", "block", "warps", "device", "mps", "triton"]  # fmt: skip
 
 
-# -- kernels ---------------------------------------------------------------------------------------
+# -- Triton kernels --------------------------------------------------------------------------------
 
 
 @triton.jit
@@ -152,6 +176,47 @@ def atomic_throughput_kernel(counters, context_ptr, EVENT, REPS: tl.constexpr, L
     tr.record_end(batch)
 
 
+# -- Gluon kernels ---------------------------------------------------------------------------------
+
+
+@img.interpret()
+@gluon.jit
+def gluon_local_copy_kernel(src, dst, n, BLOCK: gl.constexpr, L: gl.constexpr):
+    offs = gl.program_id(0) * BLOCK + gl.arange(0, BLOCK, layout=L)
+    mask = offs < n
+    gl.store(dst + offs, gl.load(src + offs, mask=mask), mask=mask)
+
+
+@img.interpret()
+@gluon.jit
+def gluon_remote_copy_kernel(src, dst, n, context_ptr, EVENT, OP: gl.constexpr, BLOCK: gl.constexpr, L: gl.constexpr,
+                             TRACE: gl.constexpr):  # fmt: skip
+    """``remote_copy_kernel`` in Gluon (int32 offsets): the same OPs between the same ranks, the same
+    ``TRACE`` event."""
+    ctx = img.Context.initialize(context_ptr)
+    tr = img.Tracing.initialize(context_ptr, TRACE)
+    nxt = (ctx.rank + 1) % ctx.world_size
+    start = gl.program_id(0) * BLOCK
+    offs = start + gl.arange(0, BLOCK, layout=L)
+    mask = offs < n
+    nbytes = gl.minimum(BLOCK, n - start) * src.dtype.element_ty.primitive_bitwidth // 8
+    prev = (ctx.rank + ctx.world_size - 1) % ctx.world_size
+    moved = tr.record_start(EVENT, prev if OP == "copy" else nxt, nbytes)
+    if OP == "load":
+        gl.store(dst + offs, ctx.load(src + offs, nxt, mask=mask), mask=mask)
+    elif OP == "store":
+        ctx.store(dst + offs, gl.load(src + offs, mask=mask), nxt, mask=mask)
+    elif OP == "get":
+        ctx.get(src + offs, dst + offs, nxt, mask=mask)
+    elif OP == "put":
+        ctx.put(src + offs, dst + offs, nxt, mask=mask)
+    else:
+        ctx.copy(src + offs, dst + offs, nxt, prev, mask=mask)
+    if TRACE:
+        img.barrier()  # the event ends when every thread's part is done (stores: issued)
+    tr.record_end(moved)
+
+
 # -- options ---------------------------------------------------------------------------------------
 
 
@@ -159,20 +224,24 @@ def add_arguments(parser: argparse.ArgumentParser, *, gpu: bool) -> None:
     sizes = ["1M", "4M", "16M", "64M", "256M", "1G"] if gpu else ["64K", "256K"]
     parser.add_argument("--sizes", nargs="+", type=size_type, default=[size_type(s) for s in sizes],
                         help=f"bytes per buffer (default {' '.join(sizes)})")  # fmt: skip
-    parser.add_argument("--dtype", choices=DTYPES, default="float32")
+    parser.add_argument("--ops", nargs="+", choices=OPS, default=list(OPS), help="a subset of load store get put copy")
+    parser.add_argument("--dtype", choices=(*DTYPES, *DTYPE_ALIASES), default="float32")
     parser.add_argument("--block", type=positive_int, default=4096 if gpu else 1024,
                         help="elements per program, a power of two")  # fmt: skip
     parser.add_argument("--num-warps", type=positive_int, default=8)
     parser.add_argument("--index", choices=("int32", "int64"), default="int32",
-                        help="offset arithmetic of the copy kernels (int32 reaches 2**31 elements)")  # fmt: skip
-    parser.add_argument("--iters", type=positive_int, default=20,
-                        help="timed samples per bandwidth case (a tenth of it on CPU ranks)")  # fmt: skip
-    parser.add_argument("--reps", type=positive_int, default=5, help="back-to-back launches per bandwidth sample (GPU)")
-    parser.add_argument("--atomic-chain", type=positive_int, default=2000, help="dependent atomics per latency kernel")
-    parser.add_argument("--atomic-programs", type=positive_int, default=264)
-    parser.add_argument("--atomic-lanes", type=positive_int, default=1024, help="a power of two")
+                        help="offset arithmetic of the Triton copy kernels (int32 reaches 2**31 elements)")  # fmt: skip
+    parser.add_argument("--iters", type=positive_int, default=20 if gpu else 2, help="timed rounds of every case")
+    parser.add_argument("--warmup", type=positive_int, default=3 if gpu else 1,
+                        help="untimed launches per case, after which the case is checked")  # fmt: skip
+    parser.add_argument("--reps", type=positive_int, default=5, help="back-to-back launches per timed sample (GPU)")
+    parser.add_argument("--no-triton", action="store_true", help="--backend gluon: leave out the Triton comparison")
     parser.add_argument("--concurrent", action="store_true", help="every rank measures at once")
     parser.add_argument("--all-turns", action="store_true", help="every rank takes a turn (default: rank 0 only)")
+    atomics = parser.add_argument_group("remote atomics (--backend triton)")
+    atomics.add_argument("--atomic-chain", type=positive_int, default=2000, help="dependent atomics per latency kernel")
+    atomics.add_argument("--atomic-programs", type=positive_int, default=264)
+    atomics.add_argument("--atomic-lanes", type=positive_int, default=1024, help="a power of two")
 
 
 def check_arguments(args: argparse.Namespace) -> None:
@@ -180,82 +249,137 @@ def check_arguments(args: argparse.Namespace) -> None:
         value = getattr(args, name)
         if value & (value - 1):
             raise ValueError(f"--{name.replace('_', '-')} must be a power of two, got {value}")
-    args.sizes = sorted(args.sizes)
+    if args.no_triton and args.backend != "gluon":
+        raise ValueError("--no-triton leaves out the Triton comparison of --backend gluon; leave it out here")
+    args.dtype = DTYPE_ALIASES.get(args.dtype, args.dtype)
+    args.sizes = sorted(set(args.sizes))
+    args.ops = [op for op in OPS if op in args.ops]
     elem = torch.empty((), dtype=getattr(torch, args.dtype)).element_size()
-    if args.index == "int32" and args.sizes[-1] // elem + args.block > 2**31:
-        raise ValueError(f"--index int32 reaches 2**31 elements; {args.sizes[-1]} bytes needs --index int64")
+    bad = [s for s in args.sizes if s % elem]
+    if bad:
+        raise ValueError(f"sizes must be whole numbers of {args.dtype} elements ({elem} bytes), got {bad}")
+    if (args.index == "int32" or args.backend == "gluon") and args.sizes[-1] // elem + args.block > 2**31:
+        raise ValueError(f"int32 offsets reach 2**31 elements; {args.sizes[-1]} bytes needs --index int64 "
+                         "(the Triton kernels only)")  # fmt: skip
     args.heap_size = 2 * args.sizes[-1] + 4 * args.atomic_programs * args.atomic_lanes + 64 * MiB
 
 
-# -- measurement -----------------------------------------------------------------------------------
+# -- the cases -------------------------------------------------------------------------------------
 
 
-def _time_ms(fn, device, iters, warmup, reps=1):
-    """Median milliseconds per launch of fn(): on a GPU the device time of ``reps`` launches
-    queued back to back (``iris.examples.harness.timing.time_launches``), so neither the host's launch
-    path nor an idle GPU between launches is counted; on CPU the wall time of one launch."""
-    gpu = device.type == "cuda"
-    return 1e3 * timing.time_launches(fn, reps=reps if gpu else 1, iters=iters, warmup=warmup, device=device)
+def _cases(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """The (impl, op) pairs timed at each size, each implementation's local copy first (its reference)."""
+    if args.backend == "triton":
+        return [("torch", "local"), ("triton", "local")] + [("triton", op) for op in args.ops]
+    impls = ("gluon",) if args.no_triton else ("gluon", "triton")
+    return [(impl, op) for impl in impls for op in ("local", *args.ops)]
 
 
-def _buffers(rank, heap, opts):
-    """src (this rank's rank + 1 everywhere), dst and the atomic counters: every rank makes them,
-    so the heaps stay symmetric and the memory a measuring rank reaches on a peer is that peer's
-    live, written tensor."""
-    dtype = getattr(torch, opts["dtype"])
-    n = opts["sizes"][-1] // torch.empty((), dtype=dtype).element_size()
-    src = heap.full((n,), rank + 1, dtype=dtype)
-    dst = heap.zeros(n, dtype=dtype)
-    counters = heap.zeros(opts["atomic_programs"] * opts["atomic_lanes"], dtype=torch.int32)
-    return src, dst, counters
+def _event_name(args: argparse.Namespace, impl: str, op: str) -> str:
+    """The trace event of a remote case; with Gluon the implementation is named, both run."""
+    return f"remote {op}" if args.backend == "triton" else f"remote {op} ({impl})"
 
 
-def _measure(rank, world_size, opts, heap, src, dst, counters, tracing, events):
-    """This rank's rows (run while the other ranks wait, unless --concurrent); ``tracing`` (a
-    ``trace.Session``) and ``events`` (trace event id by case) for --trace."""
-    on = tracing.on
-    device, dtype = heap.device, getattr(torch, opts["dtype"])
-    elem = torch.empty((), dtype=dtype).element_size()
-    block, warps, wide = opts["block"], opts["num_warps"], opts["index"] == "int64"
-    gpu = device.type == "cuda"
+def _case_name(impl: str, op: str) -> str:
+    """How the table (and the Triton CSV) names a case: "triton local copy", "remote put", ..."""
+    if op == "local":
+        return "torch copy_" if impl == "torch" else f"{impl} local copy"
+    return f"remote {op}"
+
+
+def _launcher(case, src, dst, n, heap, args, event, trace_on):
+    """One launch of ``case`` (impl, op) over the first ``n`` elements; the remote kernels record
+    ``event`` when ``trace_on``."""
+    impl, op = case
+    block, warps, wide = args.block, args.num_warps, args.index == "int64"
+    grid = (triton.cdiv(n, block),)
+    if impl == "torch":
+        return lambda: dst.copy_(src)
+    if impl == "gluon":
+        layout = img.blocked_layout(block, warps, dtype=src.dtype)
+        if op == "local":
+            return lambda: gluon_local_copy_kernel[grid](src, dst, n, BLOCK=block, L=layout, num_warps=warps)
+        return lambda: gluon_remote_copy_kernel[grid](src, dst, n, heap.context, event, OP=op, BLOCK=block, L=layout,
+                                                      TRACE=trace_on, num_warps=warps)  # fmt: skip
+    if op == "local":
+        return lambda: local_copy_kernel[grid](src, dst, n, BLOCK=block, WIDE=wide, num_warps=warps)
+    return lambda: remote_copy_kernel[grid](src, dst, n, heap.context, event, OP=op, BLOCK=block, WIDE=wide,
+                                            TRACE=trace_on, num_warps=warps)  # fmt: skip
+
+
+def _expected_source(rank: int, world_size: int, op: str) -> int:
+    """Whose ``src`` ends up in this rank's ``dst`` (rank r's ``src`` holds r + 1 everywhere)."""
+    if op in ("load", "get"):
+        return (rank + 1) % world_size
+    if op in ("store", "put"):
+        return (rank - 1) % world_size
+    if op == "copy":
+        return (rank + 2) % world_size  # rank r+1 moved rank r+2's src here
+    return rank
+
+
+# -- one rank's measurements -----------------------------------------------------------------------
+
+
+def _turns(args: argparse.Namespace, world_size: int) -> list[int | None]:
+    """Who measures in each turn: None is every rank at once."""
+    if args.concurrent:
+        return [None]
+    return list(range(world_size)) if args.all_turns else [0]
+
+
+def _seconds(fn, device, reps: int) -> float:
+    """One sample, in seconds per launch: on a GPU the device time of ``reps`` launches queued back
+    to back behind a spin (``time_launches``), so neither the host's launch path nor an idle GPU
+    between launches is in it; on CPU the wall time of one launch. The case is warm already."""
+    return timing.time_launches(fn, reps=reps if device.type == "cuda" else 1, iters=1, warmup=0, device=device)
+
+
+def _check_case(case, launch, dst, heap, args, size) -> validation.Mismatch | None:
+    """Every rank runs ``--warmup`` launches of ``case`` at once; then this rank's ``dst`` must hold
+    the data of the rank it came from (None when it does)."""
+    dst.zero_()
+    heap.barrier()
+    for _ in range(args.warmup):
+        launch()
+    heap.barrier()
+    source = _expected_source(heap.rank, heap.world_size, case[1])
+    if bool((dst == source + 1).all()):  # compared on the device; the details only on a mismatch
+        return None
+    what = f"{_case_name(*case)} ({case[0]}) of {format_bytes(size)} (rank {source}'s data)"
+    return validation.compare(dst, torch.full_like(dst, source + 1), rank=heap.rank, what=what)
+
+
+def _measure_size(size, src, dst, heap, args, tracing, events):
+    """Check every case at ``size``, then time ``--iters`` rounds of them in turns: this rank's
+    median seconds per case (empty when it never measured) and its mismatches."""
+    n = size // src.element_size()
+    s, d = src[:n], dst[:n]
+    launchers = {c: _launcher(c, s, d, n, heap, args, events.get(c, 0), tracing.on) for c in _cases(args)}
+    mismatches = [m for c, fn in launchers.items() if (m := _check_case(c, fn, d, heap, args, size)) is not None]
+    samples = {case: [] for case in launchers}
+    for _ in range(args.iters):  # rounds interleave the cases, so drift hits all alike
+        for case, fn in launchers.items():
+            for turn in _turns(args, heap.world_size):  # the others wait at the barrier
+                heap.barrier()
+                if turn is None or turn == heap.rank:
+                    samples[case].append(_seconds(fn, heap.device, args.reps))
+    return {(size, *case): statistics.median(t) for case, t in samples.items() if t}, mismatches
+
+
+def _atomic_rows(heap, counters, args, tracing, events) -> list[dict]:
+    """Remote atomic latency (dependent chains) and throughput (every lane adding) on this rank."""
+    device, on, gpu = heap.device, tracing.on, heap.device.type == "cuda"
     rows = []
-    for size in opts["sizes"]:
-        n = size // elem
-        s, d = src[:n], dst[:n]
-        grid = (triton.cdiv(n, block),)
-        iters = opts["iters"] if gpu else max(1, opts["iters"] // 10)
-        warmup = 3 if gpu else 1
-        cases = {
-            "torch copy_": lambda s=s, d=d: d.copy_(s),
-            "triton local copy": lambda s=s, d=d, n=n, g=grid: local_copy_kernel[g](
-                s, d, n, BLOCK=block, WIDE=wide, num_warps=warps
-            ),
-        }
-        for op in COPY_OPS:
-            cases[f"remote {op}"] = lambda s=s, d=d, n=n, g=grid, op=op: remote_copy_kernel[g](
-                s, d, n, heap.context, events[op], OP=op, BLOCK=block, WIDE=wide, TRACE=on, num_warps=warps
-            )
-        times = {name: _time_ms(fn, device, iters, warmup, opts["reps"]) for name, fn in cases.items()}
-        local = times["triton local copy"]
-        for name, ms in times.items():
-            rows.append({"section": "bandwidth", "op": name, "bytes": size, "ranks": world_size, "ms": ms,
-                         "GBps": 2 * size / (ms * 1e-3) / 1e9, "ratio_vs_local": local / ms})  # fmt: skip
-    k = opts["atomic_chain"] if gpu else 20
+    k = args.atomic_chain if gpu else 20
     for op, sem in (("add", "relaxed"), ("add", "acq_rel"), ("cas", "acq_rel")):
         chain = lambda op=op, sem=sem: atomic_chain_kernel[(1,)](  # noqa: E731
             counters, heap.context, k, events["chain"], OP=op, SEM=sem, TRACE=on
         )
-        ms = _time_ms(chain, device, 5 if gpu else 1, 1)
-        rows.append(
-            {
-                "section": "atomic latency",
-                "op": f"atomic_{op} sem={sem}",
-                "ranks": world_size,
-                "ms": ms,
-                "latency_us": ms * 1e3 / k,
-            }
-        )
-    programs, lanes = (opts["atomic_programs"], opts["atomic_lanes"]) if gpu else (2, 64)
+        ms = 1e3 * timing.time_launches(chain, reps=1, iters=5 if gpu else 1, warmup=1, device=device)
+        rows.append({"section": "atomic latency", "op": f"atomic_{op} sem={sem}", "ms": ms,
+                     "latency_us": ms * 1e3 / k})  # fmt: skip
+    programs, lanes = (args.atomic_programs, args.atomic_lanes) if gpu else (2, 64)
     reps = 16 if gpu else 2
     for contended in (False, True):
         for sem in ("relaxed", "acq_rel"):
@@ -265,41 +389,54 @@ def _measure(rank, world_size, opts, heap, src, dst, counters, tracing, events):
                     counters, heap.context, events["batch"], REPS=reps, LANES=lanes, CONTENDED=contended,
                     SEM=sem, TRACE=on)  # fmt: skip
 
-            ms = _time_ms(fn, device, 5 if gpu else 1, 1)
-            ops = programs * lanes * reps
-            rows.append({"section": "atomic throughput", "op": f"atomic_add {'one word' if contended else 'distinct words'} sem={sem}",
-                         "ranks": world_size, "ms": ms, "ops_per_s": ops / (ms * 1e-3)})  # fmt: skip
-    return rows
+            ms = 1e3 * timing.time_launches(fn, reps=1, iters=5 if gpu else 1, warmup=1, device=device)
+            words = "one word" if contended else "distinct words"
+            rows.append({"section": "atomic throughput", "op": f"atomic_add {words} sem={sem}", "ms": ms,
+                         "ops_per_s": programs * lanes * reps / (ms * 1e-3)})  # fmt: skip
+    return [dict(row, rank=heap.rank, ranks=heap.world_size) for row in rows]
+
+
+def _events(args: argparse.Namespace, tracing) -> dict:
+    """Trace event ids by case (and "chain", "batch" for the atomics); every rank asks for the same
+    names in the same order (a collective), whether or not it measures."""
+    events = {case: tracing.event(_event_name(args, *case)) for case in _cases(args) if case[1] != "local"}
+    if args.backend == "triton":
+        events.update(chain=tracing.event("atomic chain"), batch=tracing.event("atomic batch"))
+    return events
+
+
+def _measure(heap, args, tracing) -> dict:
+    """This rank's bandwidth medians, mismatches and atomic rows (None when it measured none)."""
+    dtype = getattr(torch, args.dtype)
+    n = args.sizes[-1] // torch.empty((), dtype=dtype).element_size()
+    # every rank makes them, so the heaps stay symmetric and what a measuring rank reaches on a
+    # peer is that peer's live, written tensor
+    src = heap.full((n,), heap.rank + 1, dtype=dtype)
+    dst = heap.zeros(n, dtype=dtype)
+    counters = heap.zeros(args.atomic_programs * args.atomic_lanes, dtype=torch.int32)
+    events = _events(args, tracing)
+    times, mismatches, atomics = {}, [], None
+    for size in args.sizes:
+        found, bad = _measure_size(size, src, dst, heap, args, tracing, events)
+        times.update(found)
+        mismatches += bad
+    if args.backend == "triton":
+        for turn in _turns(args, heap.world_size):
+            heap.barrier()
+            if turn is None or turn == heap.rank:
+                atomics = _atomic_rows(heap, counters, args, tracing, events)
+            heap.barrier()
+    for t in (src, dst, counters):
+        heap.free(t)
+    return {"times": times, "mismatches": mismatches, "atomics": atomics}
 
 
 def rank_main(args: argparse.Namespace) -> dict:
-    opts = vars(args)
-    heap = iris.heap.init(opts["heap_size"] + trace.heap_bytes(args))
+    heap = iris.heap.init(args.heap_size + trace.heap_bytes(args))
     try:
-        rank, world_size = heap.rank, heap.world_size
-        buffers = _buffers(rank, heap, opts)
-        rows = None
         with trace.session(heap, args) as tracing:  # --trace: recorded, exported on success
-            # every rank names the events, in one order (a collective), whether or not it measures
-            events = {op: tracing.event(f"remote {op}") for op in COPY_OPS}
-            events.update(chain=tracing.event("atomic chain"), batch=tracing.event("atomic batch"))
-
-            def measure():
-                return _measure(rank, world_size, opts, heap, *buffers, tracing, events)
-
-            if opts["concurrent"]:
-                heap.barrier()
-                rows = measure()
-                heap.barrier()
-            else:  # only one rank measures at a time; the others hold their buffers and wait
-                for turn in range(world_size if opts["all_turns"] else 1):
-                    heap.barrier()
-                    if rank == turn:
-                        rows = measure()
-                    heap.barrier()
-        for t in buffers:
-            heap.free(t)
-        return {"rank": rank, "device": str(heap.device), "rows": rows}
+            measured = _measure(heap, args, tracing)
+        return dict(measured, rank=heap.rank, device=str(heap.device))
     finally:
         heap.close()
 
@@ -307,42 +444,97 @@ def rank_main(args: argparse.Namespace) -> dict:
 # -- reporting -------------------------------------------------------------------------------------
 
 
+def _bandwidth_rows(results: list, args: argparse.Namespace) -> list[dict]:
+    """One row per (size, impl, op): the slowest measuring rank's median and the ratios."""
+    measured = [r for r in results if r["times"]]
+    rows = []
+    for key in measured[0]["times"]:
+        slowest = max(measured, key=lambda r: r["times"][key])
+        seconds = slowest["times"][key]
+        gbps = 2 * key[0] / seconds / 1e9
+        rows.append({"rank": slowest["rank"], "bytes": key[0], "impl": key[1], "op": key[2],
+                     "case": _case_name(*key[1:]), "seconds": seconds, "GBps": gbps,
+                     "total_GBps": gbps * args.ranks if args.concurrent else None})  # fmt: skip
+    by_key = {(r["bytes"], r["impl"], r["op"]): r for r in rows}
+    for r in rows:
+        local = by_key[(r["bytes"], "triton" if r["impl"] == "torch" else r["impl"], "local")]
+        r["vs_local"] = local["seconds"] / r["seconds"]
+        other = by_key.get((r["bytes"], "triton", r["op"]))
+        r["vs_triton"] = other["seconds"] / r["seconds"] if other and r["impl"] == "gluon" else None
+    return rows
+
+
+def _print_bandwidth(rows: list, results: list, args: argparse.Namespace, env: dict) -> None:
+    mem = img if args.backend == "gluon" else imt
+    if args.concurrent:
+        mode = "all ranks at once"
+    else:
+        mode = f"{'every rank in turn' if args.all_turns else 'rank 0'} measuring, the others waiting"
+    columns = [("bytes", "size", format_bytes), ("case", "case", ""), ("impl", "impl", ""),
+               ("us", "time us", ".1f"), ("GBps", "GB/s/rank", ".3g"), ("vs_local", "vs local", ".3f")]  # fmt: skip
+    if args.concurrent:
+        columns.insert(5, ("total_GBps", "GB/s all", ".3g"))
+    if args.backend == "gluon" and not args.no_triton:
+        columns.append(("vs_triton", "vs triton", ".3f"))
+    tables.print_table(
+        f"rma-bench: iris.mem.{args.backend} {mem.__version__}, {args.ranks} ranks on {results[0]['device']}, "
+        f"{args.dtype}, BLOCK {args.block}, {args.num_warps} warps, {args.index} offsets (Triton); {mode}",
+        [dict(r, us=r["seconds"] * 1e6) for r in rows],
+        columns,
+        caption=f"bandwidth: bytes read + written per rank (the slowest measuring rank); median of {args.iters} "
+        f"samples, each {args.reps} launches queued back to back behind a spin (device time; on CPU ranks one "
+        "launch). " + environment.summary(env),
+    )  # fmt: skip
+    big = [r["vs_triton"] for r in rows if r["vs_triton"] is not None and r["op"] != "local" and r["bytes"] >= 64 * MiB]
+    if big:
+        print(f"Gluon / Triton at >= 64 MiB: min {min(big):.3f}, median {statistics.median(big):.3f}")
+
+
+def _print_atomics(atomics: list) -> None:
+    lat = [r for r in atomics if r["section"] == "atomic latency"]
+    tables.print_table(
+        "remote atomic latency",
+        lat,
+        [("rank", "rank", "d"), ("op", "remote atomic (dependent chain)", ""), ("latency_us", "latency us", ".3f")],
+    )
+    thr = [dict(r, Mops=r["ops_per_s"] / 1e6) for r in atomics if r["section"] == "atomic throughput"]
+    tables.print_table(
+        "remote atomic throughput",
+        thr,
+        [("rank", "rank", "d"), ("op", "remote atomic throughput", ""), ("Mops", "Mops/s", ".2f")],
+    )
+
+
+def _csv_rows(rows: list, atomics: list, args: argparse.Namespace, env: dict) -> tuple[list, list]:
+    """The rows and columns of the CSV, in the backend's columns (see ``TRITON_CSV_COLUMNS``)."""
+    if args.backend == "triton":
+        bandwidth = [{"rank": r["rank"], "section": "bandwidth", "op": r["case"], "bytes": r["bytes"],
+                      "ranks": args.ranks, "ms": r["seconds"] * 1e3, "GBps": r["GBps"],
+                      "ratio_vs_local": r["vs_local"]} for r in rows]  # fmt: skip
+        return bandwidth + atomics, TRITON_CSV_COLUMNS
+    launches = "concurrent" if args.concurrent else "in turn" if args.all_turns else "rank 0"
+    extra = {"ranks": args.ranks, "launches": launches, "dtype": args.dtype, "block": args.block,
+             "warps": args.num_warps, "device": env["device"], "mps": env["mps"], "triton": env["triton"]}  # fmt: skip
+    gluon = [{"size_bytes": r["bytes"], "op": r["op"], "impl": r["impl"], "seconds": r["seconds"],
+              "rank_gbps": r["GBps"], "total_gbps": r["total_GBps"], "vs_local": r["vs_local"],
+              "vs_triton": r["vs_triton"], **extra} for r in rows]  # fmt: skip
+    return gluon, GLUON_CSV_COLUMNS
+
+
 def report(results: list, args: argparse.Namespace) -> int:
-    first = next(r for r in results if r["rows"])
-    env = environment.describe(gpu=first["device"].startswith("cuda"))
-    rows = [dict(row, rank=r["rank"]) for r in results if r["rows"] for row in r["rows"]]
-    mode = "concurrent ranks" if args.concurrent else "ranks take turns"
-    setup = (f"iris.mem.triton RMA benchmark: {len(results)} ranks on {first['device']}, {args.dtype}, BLOCK {args.block}, "
-             f"num_warps {args.num_warps}, {args.index} offsets, {mode}")  # fmt: skip
-    bw = [r for r in rows if r["section"] == "bandwidth"]
-    if bw:
-        tables.print_table(
-            setup,
-            bw,
-            [("rank", "rank", "d"), ("bytes", "size", format_bytes), ("op", "op", ""), ("ms", "ms", ".4f"),
-             ("GBps", "GB/s", ".3g"), ("ratio_vs_local", "vs local", ".3f")],
-            caption=f"bandwidth: bytes read + written; median of {args.iters} samples, each {args.reps} launches queued "
-            "back to back behind a spin (device time; on CPU ranks one launch). " + environment.summary(env),
-        )  # fmt: skip
-    lat = [r for r in rows if r["section"] == "atomic latency"]
-    if lat:
-        tables.print_table(
-            "remote atomic latency",
-            lat,
-            [("rank", "rank", "d"), ("op", "remote atomic (dependent chain)", ""), ("latency_us", "latency us", ".3f")],
-        )
-    thr = [dict(r, Mops=r["ops_per_s"] / 1e6) for r in rows if r["section"] == "atomic throughput"]
-    if thr:
-        tables.print_table(
-            "remote atomic throughput",
-            thr,
-            [("rank", "rank", "d"), ("op", "remote atomic throughput", ""), ("Mops", "Mops/s", ".2f")],
-        )
+    env = environment.describe(gpu=results[0]["device"].startswith("cuda"))
+    rows = _bandwidth_rows(results, args)
+    atomics = [row for r in results if r["atomics"] for row in r["atomics"]]
+    _print_bandwidth(rows, results, args, env)
+    if atomics:
+        _print_atomics(atomics)
+    bad = validation.print_mismatches(m for r in results for m in r["mismatches"])
     if args.csv:
-        tables.write_csv(args.csv, rows, columns=CSV_COLUMNS)
+        csv_rows, columns = _csv_rows(rows, atomics, args, env)
+        tables.write_csv(args.csv, csv_rows, columns=columns)
         print(f"wrote {args.csv}")
-    if args.plot and bw:
-        tables.plot(args.plot, bw, x="bytes", y="GBps", series=("op", "rank") if len({r["rank"] for r in bw}) > 1 else "op",
-                    title=f"iris.mem.triton remote access, {len(results)} ranks", xlabel="bytes per buffer",
-                    ylabel="GB/s (read + written)")  # fmt: skip
-    return 0
+    if args.plot:
+        tables.plot(args.plot, rows, x="bytes", y="GBps", series=("impl", "case"),
+                    title=f"rma-bench ({args.backend}), {args.ranks} ranks", xlabel="bytes per buffer",
+                    ylabel="GB/s per rank (read + written)")  # fmt: skip
+    return 1 if bad else 0

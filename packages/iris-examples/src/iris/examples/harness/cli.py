@@ -86,6 +86,9 @@ def _parse(argv: list[str]) -> tuple[Example, argparse.Namespace, object]:
     if known.name not in EXAMPLES:
         top.error(f"no example called {known.name!r}; the examples are: {', '.join(EXAMPLES)} (see --list)")
     example = EXAMPLES[known.name]
+    if example.replaced_by is not None:
+        print(f"{example.name} is deprecated and goes in 0.3: it runs {example.replaced_by}; run that instead",
+              file=sys.stderr)  # fmt: skip
 
     cpu = launch.cpu_ranks(known.cpu)
     launch.prepare_environment(cpu=cpu)  # before the example module imports triton

@@ -14,7 +14,8 @@ BACKENDS = ("triton", "gluon")
 @dataclass(frozen=True)
 class Example:
     """An example: its CLI ``name``, the ``module`` that implements it, its default ``backend``
-    (None for one that runs no kernels) and a one-line ``summary`` (the module's ``SUMMARY``).
+    (None for one that runs no kernels), a one-line ``summary`` (the module's ``SUMMARY``) and, for
+    a name kept for one release, the command that ``replaced_by`` it.
 
     A name ending in ``-gluon`` fixes the backend to gluon. A module may declare ``BACKENDS``
     (the backends it implements; default both; empty for none). What a module provides is
@@ -25,6 +26,8 @@ class Example:
     module: str
     backend: str | None
     summary: str
+    #: For a deprecated name: the command it runs, which the CLI names on stderr.
+    replaced_by: str | None = None
 
     @property
     def fixed_backend(self) -> bool:
@@ -111,13 +114,15 @@ EXAMPLES: dict[str, Example] = _examples(
         "rma-bench",
         "iris.examples.rma_bench",
         "triton",
-        "iris.mem.triton remote load/store/get/put/copy bandwidth vs a local copy, remote atomic latency and throughput",
+        "remote load/store/get/put/copy bandwidth vs a local copy (Triton, or Gluon vs Triton); "
+        "Triton: remote atomic latency and throughput",
     ),
     Example(
         "gluon-rma-bench",
-        "iris.examples.gluon_rma_bench",
+        "iris.examples.rma_bench",
         "gluon",
-        "iris.mem.gluon remote put/get/copy bandwidth vs a local Gluon copy and the same ops in iris.mem.triton",
+        "deprecated name of rma-bench --backend gluon",
+        replaced_by="rma-bench --backend gluon",
     ),
 )
 

@@ -191,15 +191,88 @@ def _result(coll, x, out, part, n):
     return {"all_reduce": x, "all_gather": out, "reduce_scatter": part, "all_to_all": out[:n], "broadcast": x}[coll]
 
 
+def _collective_row(name, x, out, part, nbytes, heap, args, tracing, timed, copy_bw, nccl):
+    """One collective at one size: checked once against torch, then timed (and NCCL's, where there
+    is a group); its row and its mismatch (None when it matched)."""
+    rank, w, dev, n = heap.rank, args.ranks, heap.device, nbytes // 4
+    coll, _, variant = name.partition(":")
+    # checked once against torch (blocking: raises at once)
+    x.copy_(_input(rank, n, dev))
+    checked = ccl.Config(variant=variant or "auto", backend=args.backend, blocking=True, trace=tracing.on)
+    _calls(x, out, part, n, checked)[coll]()
+    found = validation.compare(_result(coll, x, out, part, n), expected(coll, rank, w, n), rank=rank,
+                               what=f"{name} of {format_bytes(nbytes)} per rank")  # fmt: skip
+    x.normal_()
+    cfg = ccl.Config(variant=variant or "auto", backend=args.backend, trace=tracing.on)
+    t = timed(_calls(x, out, part, n, cfg)[coll], args.iters)
+    heap.barrier()  # surfaces any device-side timeout from the timed loop
+    moved = traffic(coll, nbytes, w)
+    row = {"collective": name, "ranks": w, "backend": args.backend, "bytes_per_rank": nbytes,
+           "time_us": t * 1e6, "traffic_GBps": moved / t / 1e9, "copy_GBps": copy_bw / 1e9,
+           "ratio_vs_copy": moved / t / copy_bw, "check": "ok" if found is None else "MISMATCH"}  # fmt: skip
+    if nccl is not None:
+        tn = timed(_calls(x, out, part, n, None, nccl)[coll], args.iters)
+        row["nccl_us"] = tn * 1e6
+        row["speedup_vs_nccl"] = tn / t
+    return row, found
+
+
+def _bandwidth_rows(heap, args, tracing, timed, nccl) -> tuple[list, list]:
+    """Every collective at every size against the copy roofline: rows and mismatches."""
+    rows, mismatches = [], []
+    sizes = sorted(set(args.sizes))
+    with tables.progress("ccl-bench", len(sizes) * len(args.collectives), enabled=heap.rank == 0) as bar:
+        for nbytes in sizes:
+            n = nbytes // 4
+            copy_bw = copy_roofline(nbytes, heap, args.iters, args.reps)
+            x = heap.empty(n)
+            out = heap.empty(args.ranks * n)  # on the heap, as a user keeps it for speed: all_gather pushes
+            part = torch.empty(n // args.ranks, device=heap.device)
+            for name in args.collectives:
+                row, found = _collective_row(name, x, out, part, nbytes, heap, args, tracing, timed, copy_bw, nccl)
+                mismatches += [found] if found is not None else []
+                rows.append(row)
+                bar.advance()
+            heap.free(out)
+            heap.free(x)
+    return rows, mismatches
+
+
+def _latency_rows(heap, args, tracing, timed, agree) -> list:
+    """Small-message all_reduce latency per variant: queued, one call alone, the host's cost next to
+    a bare torch launch, and (GPU) replayed from a CUDA graph."""
+    dev, rows = heap.device, []
+    bare = torch.zeros(1, device=dev)
+    for nbytes in sorted(set(args.latency_sizes)):
+        y = heap.randn(nbytes // 4)
+        for variant in LATENCY_VARIANTS:
+            cfg = ccl.Config(variant=variant, backend=args.backend, trace=tracing.on)
+            call = lambda y=y, cfg=cfg: ccl.all_reduce(y, config=cfg)  # noqa: E731
+            t = timed(call, max(1, args.latency_iters // args.reps))
+            one = timing.time_launches(call, reps=1, iters=args.latency_iters, warmup=3, device=dev, queued=False)
+            host, torch_host = timing.host_seconds(
+                (call, lambda: bare.add_(1)), args.latency_iters, args.host_rounds, dev, agree
+            )
+            row = {"collective": f"all_reduce:{variant}", "ranks": args.ranks, "backend": args.backend,
+                   "bytes_per_rank": nbytes, "time_us": t * 1e6, "call_us": one * 1e6, "host_us": host * 1e6,
+                   "torch_launch_us": torch_host * 1e6, "host_vs_launch": host / torch_host,
+                   "latency": True}  # fmt: skip
+            if dev.type == "cuda":
+                row["graph_us"] = _graph_seconds(call, args.latency_iters, dev, agree) * 1e6
+            rows.append(row)
+        heap.free(y)
+    return rows
+
+
 def rank_main(args: argparse.Namespace) -> dict:
     import torch.distributed as dist
 
-    w, sizes = args.ranks, sorted(set(args.sizes))
-    biggest = max(sizes) // 4
+    w = args.ranks
+    biggest = max(args.sizes) // 4
     # x, out (w x), staging, the trace buffer (--trace) and room to spare
     heap = iris.heap.init(biggest * 4 * (w + 5) + (64 << 20) + trace.heap_bytes(args))
     try:
-        rank, dev = heap.rank, heap.device
+        dev = heap.device
         nccl = None
         agree = timing.max_over_ranks(dist.new_group(backend="gloo"))  # whatever backend the default group has
 
@@ -209,75 +282,12 @@ def rank_main(args: argparse.Namespace) -> dict:
         if dev.type == "cuda" and w > 1 and heap.ranks_per_device == 1:  # NCCL needs a GPU per rank
             torch.cuda.set_device(dev)
             nccl = dist.new_group(backend="nccl")
-        rows, mismatches = [], []
         with trace.session(heap, args) as tracing:  # --trace: every iris collective below
-            with tables.progress("ccl-bench", len(sizes) * len(args.collectives), enabled=rank == 0) as bar:
-                for nbytes in sizes:
-                    n = nbytes // 4
-                    copy_bw = copy_roofline(nbytes, heap, args.iters, args.reps)
-                    x = heap.empty(n)
-                    out = heap.empty(w * n)  # on the heap, as a user after speed keeps it: all_gather pushes
-                    part = torch.empty(n // w, device=dev)
-                    for name in args.collectives:
-                        coll, _, variant = name.partition(":")
-                        # checked once against torch (blocking: raises at once)
-                        x.copy_(_input(rank, n, dev))
-                        _calls(
-                            x,
-                            out,
-                            part,
-                            n,
-                            ccl.Config(
-                                variant=variant or "auto", backend=args.backend, blocking=True, trace=tracing.on
-                            ),
-                        )[coll]()
-                        found = validation.compare(_result(coll, x, out, part, n), expected(coll, rank, w, n), rank=rank,
-                                                   what=f"{name} of {format_bytes(nbytes)} per rank")  # fmt: skip
-                        mismatches += [found] if found is not None else []
-                        x.normal_()
-                        cfg = ccl.Config(variant=variant or "auto", backend=args.backend, trace=tracing.on)
-                        t = timed(_calls(x, out, part, n, cfg)[coll], args.iters)
-                        heap.barrier()  # surfaces any device-side timeout from the timed loop
-                        moved = traffic(coll, nbytes, w)
-                        row = {"collective": name, "ranks": w, "backend": args.backend, "bytes_per_rank": nbytes,
-                               "time_us": t * 1e6, "traffic_GBps": moved / t / 1e9, "copy_GBps": copy_bw / 1e9,
-                               "ratio_vs_copy": moved / t / copy_bw, "check": "ok" if found is None else "MISMATCH"}  # fmt: skip
-                        if nccl is not None:
-                            tn = timed(_calls(x, out, part, n, None, nccl)[coll], args.iters)
-                            row["nccl_us"] = tn * 1e6
-                            row["speedup_vs_nccl"] = tn / t
-                        rows.append(row)
-                        bar.advance()
-                    heap.free(out)
-                    heap.free(x)
-            bare = torch.zeros(1, device=dev)
-            for nbytes in sorted(set(args.latency_sizes)):  # small-message all_reduce latency
-                y = heap.randn(nbytes // 4)
-                for variant in LATENCY_VARIANTS:
-                    cfg = ccl.Config(variant=variant, backend=args.backend, trace=tracing.on)
-                    call = lambda y=y, cfg=cfg: ccl.all_reduce(y, config=cfg)  # noqa: E731
-                    t = timed(call, max(1, args.latency_iters // args.reps))
-                    one = timing.time_launches(
-                        call, reps=1, iters=args.latency_iters, warmup=3, device=dev, queued=False
-                    )
-                    host, torch_host = timing.host_seconds(
-                        (call, lambda: bare.add_(1)), args.latency_iters, args.host_rounds, dev, agree
-                    )
-                    row = {"collective": f"all_reduce:{variant}", "ranks": w, "backend": args.backend,
-                           "bytes_per_rank": nbytes, "time_us": t * 1e6, "call_us": one * 1e6, "host_us": host * 1e6,
-                           "torch_launch_us": torch_host * 1e6, "host_vs_launch": host / torch_host, "latency": True}  # fmt: skip
-                    if dev.type == "cuda":
-                        row["graph_us"] = _graph_seconds(call, args.latency_iters, dev, agree) * 1e6
-                    rows.append(row)
-                heap.free(y)
+            rows, mismatches = _bandwidth_rows(heap, args, tracing, timed, nccl)
+            rows += _latency_rows(heap, args, tracing, timed, agree)
         heap.barrier()
-        return {
-            "rank": rank,
-            "rows": rows,
-            "mismatches": mismatches,
-            "gpu": dev.type == "cuda",
-            "nccl": nccl is not None,
-        }
+        return {"rank": heap.rank, "rows": rows, "mismatches": mismatches, "gpu": dev.type == "cuda",
+                "nccl": nccl is not None}  # fmt: skip
     finally:
         heap.close()
 

@@ -330,6 +330,25 @@ def _one_size(args, heap, shape, cfg, ccl_cfg, nccl):
         return find_mismatch(as_matrix(c, layout), ref, rank=rank, what=what, tile=(cfg.block_m, cfg.block_n),
                              cols=cols)  # fmt: skip
 
+    found = _check_paths(c, fused, unfused, check, heap, nccl)
+    row = {"size": _label(shape), "M": m, "N": n, "K": k, "ranks": w, "dtype": args.dtype, "backend": args.backend,
+           "layout": layout, "check": "ok" if not found else "MISMATCH"}  # fmt: skip
+    if args.iters > 0:
+        timed = {"fused": fused, "local_gemm": local_gemm, "matmul": matmul, "all_gather": gather, "unfused": unfused}
+        if layout == "matrix":
+            timed["permute"] = permute
+        if nccl is not None:
+            timed["nccl_all_gather"] = lambda: gather(nccl)
+            timed["nccl_unfused"] = lambda: unfused(nccl)
+        row.update(_time_paths(timed, args, heap))
+    heap.free(c)
+    heap.free(part)
+    return row, found
+
+
+def _check_paths(c, fused, unfused, check, heap, nccl) -> list:
+    """Run the fused path, the unfused one and (with a group) NCCL's once each into a C of NaNs and
+    check it; the mismatches found."""
     # An element nobody wrote is a mismatch. Each call's protocol waits for every rank at its entry
     # (in stream order), so no peer stores into C before this rank's fill is done.
     c.fill_(float("nan"))
@@ -345,29 +364,22 @@ def _one_size(args, heap, shape, cfg, ccl_cfg, nccl):
     if nccl is not None:
         c.fill_(float("nan"))
         unfused(nccl)
-        torch.cuda.synchronize(dev)
+        torch.cuda.synchronize(heap.device)
         found.append(check("NCCL"))
-    found = [f for f in found if f is not None]
+    return [f for f in found if f is not None]
 
-    row = {"size": _label(shape), "M": m, "N": n, "K": k, "ranks": w, "dtype": args.dtype, "backend": args.backend,
-           "layout": layout, "check": "ok" if not found else "MISMATCH"}  # fmt: skip
-    if args.iters > 0:
-        timed = {"fused": fused, "local_gemm": local_gemm, "matmul": matmul, "all_gather": gather, "unfused": unfused}
-        if layout == "matrix":
-            timed["permute"] = permute
-        if nccl is not None:
-            timed["nccl_all_gather"] = lambda: gather(nccl)
-            timed["nccl_unfused"] = lambda: unfused(nccl)
-        for name, fn in timed.items():
-            heap.barrier()
-            row[f"{name}_ms"] = (
-                timing.time_launches(fn, reps=1, iters=args.iters, warmup=args.warmup, device=dev, queued=False) * 1e3
-            )
+
+def _time_paths(timed: dict, args, heap) -> dict:
+    """``{name}_ms`` for each of ``timed`` (one call at a time, the ranks lined up before each path)."""
+    row = {}
+    for name, fn in timed.items():
         heap.barrier()
-        heap.check_device_errors()  # any device-side failure of the timed loops
-    heap.free(c)
-    heap.free(part)
-    return row, found
+        seconds = timing.time_launches(fn, reps=1, iters=args.iters, warmup=args.warmup, device=heap.device,
+                                       queued=False)  # fmt: skip
+        row[f"{name}_ms"] = seconds * 1e3
+    heap.barrier()
+    heap.check_device_errors()  # any device-side failure of the timed loops
+    return row
 
 
 # -- report ---------------------------------------------------------------------------------------

@@ -75,6 +75,19 @@ def time_launches(fn: Callable[[], object], *, reps: int = 5, iters: int = 10, w
     call the ranks' streams are lined up by its own synchronization, and the samples time what a
     steady stream of the collective takes.
     """
+    _check_arguments(reps, iters, warmup, agree, queued)
+    device = _clock(device)
+    for _ in range(warmup):
+        fn()
+    if device.type != "cuda":
+        return _wall_clock(fn, reps, iters)
+    with torch.cuda.device(device):
+        if not queued:
+            return _one_call_at_a_time(fn, reps, iters)
+        return _queued(fn, reps, iters, device, agree)
+
+
+def _check_arguments(reps, iters, warmup, agree, queued) -> None:
     for name, value, least in (("reps", reps, 1), ("iters", iters, 1), ("warmup", warmup, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
@@ -82,56 +95,65 @@ def time_launches(fn: Callable[[], object], *, reps: int = 5, iters: int = 10, w
         raise TypeError(f"agree must be a callable (a max over the ranks) or None, got {agree!r}")
     if agree is not None and not queued:
         raise ValueError("agree lines up queued samples; with queued=False leave it out")
+
+
+def _clock(device) -> torch.device:
+    """The device whose clock times the calls: ``device``, or CUDA's current one when this process
+    has initialized CUDA, else the CPU."""
     if device is None:
         cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
         device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     device = torch.device(device)
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
-    for _ in range(warmup):
-        fn()
+    return device
+
+
+def _wall_clock(fn, reps: int, iters: int) -> float:
+    """``time_launches`` on CPU: the median wall time per call of ``iters`` samples of ``reps`` calls."""
     samples = []
-    if device.type != "cuda":
-        for _ in range(iters):
-            t0 = time.perf_counter()
-            for _ in range(reps):
-                fn()
-            samples.append((time.perf_counter() - t0) / reps)
-        return statistics.median(samples)
-    with torch.cuda.device(device):
-        if not queued:
-            return _one_call_at_a_time(fn, reps, iters)
-        torch.cuda.synchronize()
-        rate = _spin_rate(device)
+    for _ in range(iters):
         t0 = time.perf_counter()
         for _ in range(reps):
             fn()
-        spin = 2 * (time.perf_counter() - t0) + 1e-4  # seconds: twice what queueing took, and then some
-        torch.cuda.synchronize()
-        while len(samples) < iters:
-            if agree is not None:
-                spin = float(agree(spin))  # also lines the ranks up for this sample
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            _internals.spin(spin * rate)
-            if agree is not None:
-                fn()  # lines the ranks' streams up (see above); not timed
-            start.record()
-            for _ in range(reps):
-                fn()
-            end.record()
-            covered = not start.query()  # the spin still runs: every call was queued before any ran
-            end.synchronize()
-            if agree is not None:
-                covered = float(agree(0.0 if covered else 1.0)) == 0.0  # kept only if every rank's was
-            if covered:
-                samples.append(start.elapsed_time(end) * 1e-3 / reps)
-                continue
-            if spin > 1.0:
-                raise RuntimeError(
-                    f"time_launches: the host could not queue {reps} calls within a {spin:.1f} s spin "
-                    "(does fn synchronize with the host?)"
-                )
-            spin *= 2
+        samples.append((time.perf_counter() - t0) / reps)
+    return statistics.median(samples)
+
+
+def _queued(fn, reps: int, iters: int, device, agree) -> float:
+    """``time_launches`` queued behind a spin, on the current CUDA device (see there)."""
+    samples = []
+    torch.cuda.synchronize()
+    rate = _spin_rate(device)
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    spin = 2 * (time.perf_counter() - t0) + 1e-4  # seconds: twice what queueing took, and then some
+    torch.cuda.synchronize()
+    while len(samples) < iters:
+        if agree is not None:
+            spin = float(agree(spin))  # also lines the ranks up for this sample
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        _internals.spin(spin * rate)
+        if agree is not None:
+            fn()  # lines the ranks' streams up (see above); not timed
+        start.record()
+        for _ in range(reps):
+            fn()
+        end.record()
+        covered = not start.query()  # the spin still runs: every call was queued before any ran
+        end.synchronize()
+        if agree is not None:
+            covered = float(agree(0.0 if covered else 1.0)) == 0.0  # kept only if every rank's was
+        if covered:
+            samples.append(start.elapsed_time(end) * 1e-3 / reps)
+            continue
+        if spin > 1.0:
+            raise RuntimeError(
+                f"time_launches: the host could not queue {reps} calls within a {spin:.1f} s spin "
+                "(does fn synchronize with the host?)"
+            )
+        spin *= 2
     return statistics.median(samples)
 
 

@@ -32,30 +32,7 @@ from iris.mem.common.target import InterpreterAtomicError  # noqa: E402
 from ._internals import INTERPRETED  # noqa: E402
 from ._interpreter import interpret  # noqa: E402
 from .context import Context  # noqa: E402
-from .ops import (  # noqa: E402
-    atomic_add,
-    atomic_and,
-    atomic_cas,
-    atomic_max,
-    atomic_min,
-    atomic_or,
-    atomic_sub,
-    atomic_xchg,
-    atomic_xor,
-    clock_ns,
-    copy,
-    elapsed_ns,
-    get,
-    healthy,
-    load,
-    polls_per_clock,
-    put,
-    record_error,
-    store,
-    translate,
-    wait,
-    wait_timeout_ns,
-)
+from .ops import *  # noqa: E402, F403 - the device API's free functions (ops.__all__)
 from .tracing import Tracing, device_clock  # noqa: E402
 
 __all__ = [
@@ -64,30 +41,9 @@ __all__ = [
     "INTERPRETED",
     "InterpreterAtomicError",
     "Tracing",
-    "atomic_add",
-    "atomic_and",
-    "atomic_cas",
-    "atomic_max",
-    "atomic_min",
-    "atomic_or",
-    "atomic_sub",
-    "atomic_xchg",
-    "atomic_xor",
-    "clock_ns",
-    "copy",
     "device_clock",
-    "elapsed_ns",
-    "get",
-    "healthy",
     "interpret",
-    "load",
     "ops",
-    "polls_per_clock",
-    "put",
-    "record_error",
-    "store",
     "tracing",
-    "translate",
-    "wait",
-    "wait_timeout_ns",
+    *ops.__all__,
 ]

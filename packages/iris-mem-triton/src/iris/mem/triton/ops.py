@@ -24,43 +24,16 @@ from ._constants import (  # noqa: F401 - the layout's names, as the layer's oth
     _WORLD_SIZE,
     BASE_ALIGNMENT,
 )
-from .accesses import copy, get, load, put, store, translate
-from .atomics import (
-    atomic_add,
-    atomic_and,
-    atomic_cas,
-    atomic_max,
-    atomic_min,
-    atomic_or,
-    atomic_sub,
-    atomic_xchg,
-    atomic_xor,
-)
-from .clock import clock_ns, elapsed_ns, polls_per_clock, wait_timeout_ns
-from .errors import _extensions, _record_if_closed, healthy, record_error  # noqa: F401 - context.py, tracing.py
-from .wait import wait
+from . import accesses as _accesses
+from . import atomics as _atomics
+from . import clock as _clock
+from . import errors as _errors
+from . import wait as _wait
+from .accesses import *  # noqa: F403 - each section's public names (its __all__)
+from .atomics import *  # noqa: F403
+from .clock import *  # noqa: F403
+from .errors import *  # noqa: F403
+from .errors import _extensions, _record_if_closed  # noqa: F401 - context.py, tracing.py
+from .wait import *  # noqa: F403
 
-__all__ = [
-    "translate",
-    "load",
-    "store",
-    "get",
-    "put",
-    "copy",
-    "atomic_add",
-    "atomic_sub",
-    "atomic_xchg",
-    "atomic_cas",
-    "atomic_and",
-    "atomic_or",
-    "atomic_xor",
-    "atomic_min",
-    "atomic_max",
-    "wait",
-    "clock_ns",
-    "wait_timeout_ns",
-    "elapsed_ns",
-    "polls_per_clock",
-    "record_error",
-    "healthy",
-]
+__all__ = [*_accesses.__all__, *_atomics.__all__, *_wait.__all__, *_clock.__all__, *_errors.__all__]

@@ -33,9 +33,6 @@ Effective traffic summed over W ranks, n = bytes of the per-rank input:
 An algorithm that moves more scores lower by that factor. Inputs and outputs live on the heap:
 all_gather then pushes (each input read once and stored into every rank's output, the least
 traffic); into an output off the heap it pulls (every rank reads every input: 2*W*n per rank).
-
-(This was ``packages/iris-ccl/benchmarks/bench_ccl.py``; a lower layer's benchmark may not import
-this one, so that file is gone and this entry is the benchmark.)
 """
 
 from __future__ import annotations

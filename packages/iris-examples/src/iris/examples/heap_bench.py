@@ -10,8 +10,6 @@ during the timed loop (the design target: zero). Init: wall time of ``iris.heap.
 measured in the same rank processes after the allocation run (so not the CUDA context's
 start-up). Every world size of ``--ranks`` is a launch of its own; the tables show the slowest
 rank of each. Runs no kernels.
-
-(This was ``packages/iris-heap/benchmarks/bench_heap.py``.)
 """
 
 from __future__ import annotations

@@ -320,19 +320,21 @@ def error_named_after_close(rank, world_size, backend):
 def reserved_within_workspace_bytes(rank: int, w: int, backend) -> dict:
     """What the collectives reserve on a heap, against ``ccl.workspace_bytes``: the sync block alone
     after a barrier (exactly), then staged all_reduces (CPU inputs, rs_ag's two roles) that grow the
-    staging in the worst order (each just over double the last) and all_gather and broadcast."""
+    staging in the worst order (each just over double the last) and all_gather and broadcast.
+    Tensors off the heap, on the heap's device."""
     heap = iris.heap.init(HEAP_SIZE)
     ccl.barrier(heap=heap)
     sync_only = heap.stats().reserved_bytes
     largest = 0
     for n in (6 * w, 6 * w * 2 + w, 6 * w * 5 + w, 6 * w * 11 + w):  # floats, a multiple of w
-        x = torch.full((n,), float(rank + 1))
+        x = torch.full((n,), float(rank + 1), device=heap.device)
         ccl.all_reduce(x, heap=heap, config=cfg(backend, variant="rs_ag", blocking=True))
-        assert torch.equal(x, torch.full((n,), float(w * (w + 1) // 2))), n
+        assert torch.equal(x.cpu(), torch.full((n,), float(w * (w + 1) // 2))), n
         largest = max(largest, 4 * n)
-    out = torch.empty(6 * w)
-    ccl.all_gather(out, torch.full((6,), float(rank)), heap=heap, config=cfg(backend, blocking=True))
-    ccl.broadcast(torch.ones(6 * w), src=0, heap=heap, config=cfg(backend, blocking=True))
+    out = torch.empty(6 * w, device=heap.device)
+    mine = torch.full((6,), float(rank), device=heap.device)
+    ccl.all_gather(out, mine, heap=heap, config=cfg(backend, blocking=True))
+    ccl.broadcast(torch.ones(6 * w, device=heap.device), src=0, heap=heap, config=cfg(backend, blocking=True))
     staged = heap.stats().reserved_bytes
     heap.close()
     return {"sync": sync_only, "sync bound": ccl.workspace_bytes(w), "staged": staged,

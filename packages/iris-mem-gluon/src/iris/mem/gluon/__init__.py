@@ -9,7 +9,7 @@
 ...     offs = gl.arange(0, N, layout=layout)
 ...     ctx.put(x_ptr + offs, x_ptr + offs, (ctx.rank + 1) % ctx.world_size)
 
-The device API of ``iris.mem.triton`` (the same names and semantics), for Gluon. Layouts are
+The device API of the Triton layer (iris-mem-triton: the same names and semantics), for Gluon. Layouts are
 explicit; :func:`blocked_layout` gives one with the target's warp size. Runs compiled on NVIDIA and
 AMD GPUs, and on CPU ranks under ``TRITON_INTERPRET=1`` inside :class:`interpret`, which a launch
 enters explicitly (``with interpret(): kernel[grid](...)``, or ``@interpret()`` on the kernel).

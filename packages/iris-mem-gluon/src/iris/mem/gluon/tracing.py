@@ -1,8 +1,8 @@
 """Device-side tracing from Gluon kernels: ``Tracing`` (a Gluon aggregate), the free functions it is
 written on, and ``device_clock`` (the device clock read from the host, for ``heap.tracing.enable``).
 
-The names, arguments and semantics are those of ``iris.mem.triton.Tracing`` (one API for both device
-layers; the conformance suite's tracing checks run on both), and the buffer is
+The names, arguments and semantics are those of the Triton layer's ``Tracing`` (one API for both
+device layers; the conformance suite's tracing checks run on both), and the buffer is
 ``iris.heap.context``'s ``TRACE_*``/``EVENT_*`` layout, which ``heap.tracing`` reads whichever layer
 wrote it. Inside ``@gluon.jit``::
 

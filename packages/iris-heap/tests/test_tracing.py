@@ -150,6 +150,42 @@ def test_a_full_buffer_counts_dropped_events_and_leaves_its_neighbours_alone(hea
     assert bool((above == 0xA5).all()) and bool((below == 0x5A).all())
 
 
+def test_export_after_an_overflow_names_the_max_events_that_would_have_held_it(heap, tmp_path, caplog):
+    heap.tracing.enable(4)
+    for i in range(11):
+        record(heap, EVENTS["tile"], 10 * i + 1, 10 * i + 5)
+    with caplog.at_level("WARNING", logger="iris.heap.tracing"):
+        heap.tracing.export(tmp_path / "t.json")
+    (message,) = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
+    assert "7 trace events" in message and "max_events=16" in message, message
+    assert f"buffer_bytes(16)" in message and buffer_bytes(16) < 1 << 20 and "1 MiB" in message, message
+
+
+def test_export_formats_every_field_as_the_events_read_back(heap, tmp_path):
+    """The text renderer against ``events()``: times in microseconds after the earliest start,
+    rounded to nanoseconds; instants without a duration; unended events counted, not drawn;
+    events sorted by time; names of registered ids."""
+    heap.tracing.enable(8)
+    mine = heap.tracing.register("my phase")
+    record(heap, mine, 5_123_456, 5_124_000, program=3, sm=7, target_rank=0, nbytes=123)
+    record(heap, EVENTS["tile"], 1_000_001, 2_500_000, program=1, sm=2, nbytes=1 << 40)
+    record(heap, EVENTS["remote store"], 3_000_000, 3_000_000, sm=2, instant=True)
+    record(heap, EVENTS["tile wait"], 4_000_000, 0)  # started, never ended
+    doc = json.loads(open(heap.tracing.export(tmp_path / "t.json")).read())
+    check_chrome_trace(doc)
+    offset = heap.tracing.calibration.offset_ns
+    drawn = [e for e in doc["traceEvents"] if e["ph"] != "M"]
+    assert [(e["name"], e["ph"], e["tid"], e["ts"], e.get("dur")) for e in drawn] == [
+        ("tile", "X", 2, 0.0, 1499.999),
+        ("remote store", "i", 2, 1999.999, None),
+        ("my phase", "X", 7, 4123.455, 0.544),
+    ]
+    assert drawn[2]["args"] == {"program": 3, "target_rank": 0, "bytes": 123} and drawn[0]["args"]["bytes"] == 1 << 40
+    assert doc["otherData"]["origin_realtime_ns"] == 1_000_001 + offset
+    assert doc["otherData"]["incomplete_events"] == 1 and doc["otherData"]["ranks"][0]["events"] == 3
+    assert [e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "thread_name"] == ["SM 2", "SM 7"]
+
+
 def test_close_releases_the_buffer_with_the_heap(tmp_path):
     heap = new_heap()
     heap.tracing.enable(16)

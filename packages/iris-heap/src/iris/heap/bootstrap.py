@@ -54,6 +54,15 @@ class ControlGroup:
         dist.all_gather_object(out, obj, group=self.gloo)
         return out
 
+    def gather_object(self, obj, dst: int = 0) -> list | None:
+        """Every rank's ``obj`` in rank order on rank ``dst`` of this group, None on the others (a
+        collective): for what only one rank needs, which ``all_gather_object`` would send to all."""
+        if self.gloo is None:
+            return [obj]
+        out = [None] * self.world_size if self.rank == dst else None
+        dist.gather_object(obj, out, dst=dist.get_global_rank(self.gloo, dst), group=self.gloo)
+        return out
+
     def barrier(self) -> None:
         if self.gloo is not None:
             dist.barrier(group=self.gloo)

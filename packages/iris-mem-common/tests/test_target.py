@@ -1,6 +1,7 @@
 """iris.mem.common.target: every private Triton internal iris.mem.common touches, checked on the
 installed release (the test sessions run Triton 3.6 and 3.9), and each fallback where it is missing."""
 
+import inspect
 import pickle
 import re
 
@@ -28,8 +29,6 @@ def test_a_target_builtin_gets_the_target_compiled_and_none_on_cpu():
         return block if target is None else block * target.warp_size
 
     # the code generator passes its semantic only to builtins, and only where the signature names it
-    import inspect
-
     assert lanes.__triton_builtin__ and lanes.__name__ == "lanes" and lanes.__doc__ == "doc"
     assert "_semantic" in inspect.signature(lanes).parameters
     got = lanes(4)
@@ -96,6 +95,17 @@ def test_each_targets_clock_and_multiprocessor_reads():
     assert reads("hip", "gfx942") == reads("hip", "gfx950") == target.SM_ID_ASM["hip-xcc"]
     assert reads("hip", "gfx90a") == target.SM_ID_ASM["hip"]
     assert reads("hip", "gfx1100") == [] and reads("cpu", "x86") == []
+
+
+def test_the_assembly_readers_are_builtins_that_name_a_target_without_a_clock():
+    compiled = lambda: False  # noqa: E731 - as the code generator calls them: not inside a CPU launch
+    for builtin in (target.clock_ns_builtin(tl, "triton", compiled), target.sm_id_builtin(tl, compiled)):
+        assert builtin.__triton_builtin__ and "_semantic" in inspect.signature(builtin).parameters
+    clock_ns = target.clock_ns_builtin(tl, "gluon", compiled)
+    with pytest.raises(NotImplementedError, match=re.escape("iris.mem.gluon.clock_ns") + ".*'cpu' backend"):
+        clock_ns(_semantic=_Semantic(backend_name="cpu"))
+    with pytest.raises(RuntimeError, match=re.escape(f"triton {triton.__version__}")):
+        clock_ns(_semantic=_Semantic())
 
 
 # -- the interpreter --------------------------------------------------------------------------------

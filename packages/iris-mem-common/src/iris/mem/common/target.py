@@ -15,6 +15,10 @@ name                          what it reaches into                              
 ``target_of``, ``Target``     ``_semantic.builder.options``: ``backend_name``,    ``RuntimeError`` naming Triton,
                               ``arch``, ``warp_size``, ``num_warps`` of the       at the field asked for
                               target being generated for
+``clock_ns_builtin``,         a builtin's ``_semantic`` for the language's        ``NotImplementedError`` naming
+``sm_id_builtin``             ``inline_asm_elementwise``, ``cast``, ``to``,       the backend (clock); 0 where the
+                              ``__mul__``, ``__or__``, ``__lshift__``, and the    target has no multiprocessor id;
+                              target's ``backend_name`` and ``arch``              as ``target_of`` above
 ``INTERPRETED``               what ``@triton.jit`` returns: a ``JITFunction``     (public: ``triton.JITFunction``)
                               unless the interpreter (``TRITON_INTERPRET=1``)
                               makes functions of its own
@@ -51,6 +55,7 @@ with ``INTERPRETED`` still compiles for GPUs (compile-only checks).
 from __future__ import annotations
 
 import functools
+import time
 
 __all__ = [
     "CLOCK_ASM",
@@ -59,11 +64,13 @@ __all__ = [
     "SM_ID_ASM",
     "Target",
     "aggregate",
+    "clock_ns_builtin",
     "gluon_ast_source",
     "gluon_has_barrier",
     "gluon_has_tma_async_load",
     "interpreted",
     "is_kernel",
+    "sm_id_builtin",
     "sm_id_reads",
     "target_builtin",
     "target_of",
@@ -139,6 +146,65 @@ def sm_id_reads(target: Target) -> list:
             return SM_ID_ASM["hip-xcc"]
         return SM_ID_ASM["hip"] if arch.startswith("gfx9") else []
     return SM_ID_ASM.get(target.backend, [])
+
+
+def clock_ns_builtin(lang, layer: str, on_cpu):
+    """The builtin a layer's ``clock_ns`` is written on: the clock of wherever the kernel runs, as
+    an int64 scalar of ``lang`` (``triton.language`` or Gluon's ``language``, looked up at each call:
+    CPU execution patches it).
+
+    ``on_cpu()`` says whether a call runs as Python in the middle of a CPU launch: it then reads the
+    host's clock anew at each call (a constexpr function could too, but Triton's dependency scan
+    rejects ``time.monotonic_ns`` in one when it compiles). Compiled, the target comes from the code
+    generator's options (``backend_name``), which name the target being generated for even in a
+    process whose active driver is another or none (compile-only checks); a backend without a
+    ``CLOCK_ASM`` entry is a ``NotImplementedError`` naming ``iris.mem.<layer>.clock_ns``.
+    """
+
+    def clock_ns_asm(_semantic=None):
+        if on_cpu():
+            return lang.cast(time.monotonic_ns(), lang.int64)
+        backend = target_of(_semantic).backend
+        if backend not in CLOCK_ASM:
+            raise NotImplementedError(
+                f"iris.mem.{layer}.clock_ns (which bounded waits read) was compiled for the {backend!r} backend, "
+                f"which has no device clock here; it reads one on {', '.join(CLOCK_ASM)} GPUs and on CPU ranks"
+            )
+        asm, constraint, ns_per_tick = CLOCK_ASM[backend]
+        ticks = lang.inline_asm_elementwise(
+            asm, constraint, [], dtype=lang.int64, is_pure=False, pack=1, _semantic=_semantic
+        )
+        if ns_per_tick == 1:
+            return ticks
+        return ticks.__mul__(ns_per_tick, _semantic=_semantic)
+
+    clock_ns_asm.__triton_builtin__ = True  # compiled: called with the code generator's _semantic
+    return clock_ns_asm
+
+
+def sm_id_builtin(lang, on_cpu):
+    """The builtin a layer's ``tracing.sm_id`` is written on: the multiprocessor the program runs
+    on, an int64 scalar of ``lang`` (as for :func:`clock_ns_builtin`).
+
+    0 where ``on_cpu()`` (inline assembly cannot run there) and where the target has no
+    multiprocessor id (``sm_id_reads``). Read at every event, not once: NVIDIA documents that
+    ``%smid`` may change during execution (preemption may move a program).
+    """
+
+    def sm_id_asm(_semantic=None):
+        if on_cpu():
+            return lang.cast(0, lang.int64)
+        out = lang.cast(0, lang.int64, _semantic=_semantic)
+        for asm, constraint, shift in sm_id_reads(target_of(_semantic)):
+            part = lang.inline_asm_elementwise(
+                asm, constraint, [], dtype=lang.int32, is_pure=False, pack=1, _semantic=_semantic
+            )
+            part = part.to(lang.int64, _semantic=_semantic)
+            out = out.__or__(part.__lshift__(shift, _semantic=_semantic), _semantic=_semantic)
+        return out
+
+    sm_id_asm.__triton_builtin__ = True  # compiled: called with the code generator's _semantic
+    return sm_id_asm
 
 
 def target_of(semantic) -> Target | None:

@@ -12,13 +12,9 @@ sessions).
 ====================  ====================================================  ================================
 name                  what it reaches into                                  where it is missing
 ====================  ====================================================  ================================
-``clock_ns_asm``      a builtin (``__triton_builtin__``): the code          ``NotImplementedError`` naming
-                      generator's ``_semantic`` for                         the backend; ``RuntimeError``
-                      ``gl.inline_asm_elementwise`` and ``__mul__``, and    naming Triton where the options
-                      the target's ``backend_name``                         lack it (``target_of``)
-``sm_id_asm``         the same, with ``cast``, ``to``, ``__or__``,           0 where the target has no
-                      ``__lshift__`` through ``_semantic``, and the         multiprocessor id; as above
-                      target's ``arch`` (AMD: which ``HW_ID`` fields)
+``clock_ns_asm``,     ``iris.mem.common.target``'s ``clock_ns_builtin``     (tabled there)
+``sm_id_asm``         and ``sm_id_builtin`` over Gluon's ``language``, on
+                      CPU ranks inside a CPU launch (``_cpu``)
 ``on_cpu``            nothing of Triton's: a ``target_builtin``'s           (Iris's own state)
                       ``target`` and ``_cpu``'s launch depth
 ``check_atomic``      ``InterpreterAtomicError.ALLOWED["gluon"]``, on CPU   (data: ``iris.mem.common.target``)
@@ -47,12 +43,10 @@ has (``triton.runtime.driver.active``: public enough, as Triton's tutorials call
 
 from __future__ import annotations
 
-import time
-
 from triton import constexpr_function
 from triton.experimental.gluon import language as gl
 
-from iris.mem.common.target import CLOCK_ASM, InterpreterAtomicError, sm_id_reads, target_of
+from iris.mem.common.target import InterpreterAtomicError, clock_ns_builtin, sm_id_builtin
 
 from . import _cpu
 
@@ -79,52 +73,10 @@ def check_atomic(dtype, op):
 
 # -- inline assembly through the code generator ----------------------------------------------------
 
+#: The clock of wherever the kernel runs, an int64 scalar (the body of ``clock_ns``); inside a CPU
+#: launch: the host's monotonic clock.
+clock_ns_asm = clock_ns_builtin(gl, "gluon", lambda: _cpu._state.launches > 0)
 
-def clock_ns_asm(_semantic=None):
-    """The clock of wherever the kernel runs, as an int64 scalar (the body of ``clock_ns``).
-
-    CPU ranks: CPU execution runs this as Python in the middle of a launch, so it reads the host's
-    clock anew at each call (a constexpr function could too, but Triton's dependency scan rejects
-    ``time.monotonic_ns`` in one when it compiles). Compiled: the target comes from the code
-    generator's options (``backend_name``), which name the target being generated for even in a
-    process whose active driver is another or none (compile-only checks).
-    """
-    if _cpu._state.launches:
-        return gl.cast(time.monotonic_ns(), gl.int64)
-    backend = target_of(_semantic).backend
-    if backend not in CLOCK_ASM:
-        raise NotImplementedError(
-            f"iris.mem.gluon.clock_ns (which bounded waits read) was compiled for the {backend!r} backend, "
-            f"which has no device clock here; it reads one on {', '.join(CLOCK_ASM)} GPUs and on CPU ranks"
-        )
-    asm, constraint, ns_per_tick = CLOCK_ASM[backend]
-    ticks = gl.inline_asm_elementwise(asm, constraint, [], dtype=gl.int64, is_pure=False, pack=1, _semantic=_semantic)
-    if ns_per_tick == 1:
-        return ticks
-    return ticks.__mul__(ns_per_tick, _semantic=_semantic)
-
-
-clock_ns_asm.__triton_builtin__ = True  # compiled: called with the code generator's _semantic
-
-
-def sm_id_asm(_semantic=None):
-    """The multiprocessor this program runs on, an int64 scalar (the body of ``tracing.sm_id``).
-
-    CPU ranks: 0 (CPU execution runs this as Python during a launch, where inline assembly cannot
-    run). Compiled: per the code generator's options, as ``clock_ns`` picks its clock. Read at
-    every event: a program may be moved between multiprocessors (NVIDIA documents ``%smid`` may
-    change).
-    """
-    if _cpu._state.launches:
-        return gl.cast(0, gl.int64)
-    out = gl.cast(0, gl.int64, _semantic=_semantic)
-    for asm, constraint, shift in sm_id_reads(target_of(_semantic)):
-        part = gl.inline_asm_elementwise(
-            asm, constraint, [], dtype=gl.int32, is_pure=False, pack=1, _semantic=_semantic
-        )
-        part = part.to(gl.int64, _semantic=_semantic)
-        out = out.__or__(part.__lshift__(shift, _semantic=_semantic), _semantic=_semantic)
-    return out
-
-
-sm_id_asm.__triton_builtin__ = True  # compiled: called with the code generator's _semantic
+#: The multiprocessor this program runs on, an int64 scalar (the body of ``tracing.sm_id``); inside
+#: a CPU launch: 0.
+sm_id_asm = sm_id_builtin(gl, lambda: _cpu._state.launches > 0)

@@ -9,7 +9,8 @@ from triton import constexpr_function
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-from ._constants import BASE_ALIGNMENT
+from iris.heap import context as _abi
+
 
 __all__ = ["translate", "load", "store", "get", "put", "copy"]
 
@@ -18,7 +19,7 @@ __all__ = ["translate", "load", "store", "get", "put", "copy"]
 def _align_elements(dtype):
     """BASE_ALIGNMENT in elements of ``dtype`` (a byte delta between bases divides by it exactly)."""
     size = max(1, dtype.primitive_bitwidth // 8)
-    return max(1, BASE_ALIGNMENT.value // size)
+    return max(1, _abi.BASE_ALIGNMENT // size)
 
 
 @constexpr_function
@@ -54,7 +55,7 @@ def translate(ptr, cur_rank, to_rank, heap_bases, hint: gl.constexpr = None):
     """
     delta = gl.load(heap_bases + to_rank) - gl.load(heap_bases + cur_rank)
     # delta is a multiple of BASE_ALIGNMENT bytes: writing it so tells the compiler too.
-    delta = (delta // BASE_ALIGNMENT) * _align_elements(ptr.dtype.element_ty)
+    delta = (delta // _abi.BASE_ALIGNMENT) * _align_elements(ptr.dtype.element_ty)
     out = ptr + delta
     if hint is not None:
         out = gl.max_contiguous(gl.multiple_of(out, hint), hint)

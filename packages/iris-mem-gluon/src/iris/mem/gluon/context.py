@@ -8,6 +8,7 @@ The methods pass the context's own rank and heap bases to the free functions; th
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
+from iris.heap import context as _abi
 from iris.mem.common import aggregate
 
 from . import ops
@@ -43,9 +44,9 @@ class Context:
         A closed heap's context records ERROR_HEAP_CLOSED (its bases are all 0 then, so the
         kernel reaches only the pointers it was given); that costs one scalar load when open.
         """
-        world_size = gl.load(context_ptr + ops._WORLD_SIZE)
+        world_size = gl.load(context_ptr + _abi.WORLD_SIZE_INDEX)
         ops._record_if_closed(context_ptr, world_size)
-        return Context(gl.load(context_ptr + ops._RANK), world_size, context_ptr + ops._BASES, context_ptr)
+        return Context(gl.load(context_ptr + _abi.RANK_INDEX), world_size, context_ptr + _abi.BASES_INDEX, context_ptr)
 
     @gluon.jit
     def translate(self, ptr, to_rank, hint: gl.constexpr = None):

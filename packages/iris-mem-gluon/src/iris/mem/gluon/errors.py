@@ -6,10 +6,9 @@ from __future__ import annotations
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
+from iris.heap import context as _abi
 from iris.mem.common.target import target_builtin
 
-from ._constants import _BASES, _ERROR_CODE, _ERROR_HEAP_CLOSED, _ERROR_RECORD, _RECORD_AUX, _RECORD_CODE
-from ._constants import _RECORD_DETAIL, _RECORD_PEER, _RECORD_VALUE, _STATUS, _STATUS_CLOSED, _WORLD_SIZE
 from ._internals import on_cpu as _on_cpu
 
 __all__ = ["record_error", "healthy"]
@@ -18,7 +17,7 @@ __all__ = ["record_error", "healthy"]
 @gluon.jit
 def _extensions(context_ptr):
     """Where the context's extensions start: right after the W heap bases."""
-    return context_ptr + _BASES + gl.load(context_ptr + _WORLD_SIZE)
+    return context_ptr + _abi.BASES_INDEX + gl.load(context_ptr + _abi.WORLD_SIZE_INDEX)
 
 
 
@@ -58,7 +57,7 @@ def _program_max(x):
 
 @gluon.jit
 def _no_error(extensions):
-    return gl.load(extensions + _ERROR_CODE, volatile=True) == 0
+    return gl.load(extensions + _abi.EXT_ERROR_CODE, volatile=True) == 0
 
 
 @gluon.jit
@@ -82,20 +81,20 @@ def record_error(context_ptr, code, detail, value, peer, aux):
     """
     code64 = gl.cast(code, gl.int64)
     ext = _extensions(context_ptr)
-    won = gl.atomic_cas(ext + _ERROR_CODE, gl.cast(0, gl.int64), code64, sem="acq_rel", scope="sys") == 0
+    won = gl.atomic_cas(ext + _abi.EXT_ERROR_CODE, gl.cast(0, gl.int64), code64, sem="acq_rel", scope="sys") == 0
     if won:
-        record = gl.load(ext + _ERROR_RECORD).to(gl.pointer_type(gl.int64), bitcast=True)
+        record = gl.load(ext + _abi.EXT_ERROR_RECORD).to(gl.pointer_type(gl.int64), bitcast=True)
         # Scalar stores and atomics run on the same (first) thread: program order, then release.
-        gl.store(record + _RECORD_DETAIL, gl.cast(detail, gl.int64))
-        gl.store(record + _RECORD_VALUE, gl.cast(value, gl.int64))
-        gl.store(record + _RECORD_PEER, gl.cast(peer, gl.int64))
-        gl.store(record + _RECORD_AUX, gl.cast(aux, gl.int64))
-        gl.atomic_xchg(record + _RECORD_CODE, code64, sem="release", scope="sys")
+        gl.store(record + _abi.RECORD_DETAIL, gl.cast(detail, gl.int64))
+        gl.store(record + _abi.RECORD_VALUE, gl.cast(value, gl.int64))
+        gl.store(record + _abi.RECORD_PEER, gl.cast(peer, gl.int64))
+        gl.store(record + _abi.RECORD_AUX, gl.cast(aux, gl.int64))
+        gl.atomic_xchg(record + _abi.RECORD_CODE, code64, sem="release", scope="sys")
     return won
 
 
 @gluon.jit
 def _record_if_closed(context_ptr, world_size):
     """Record ERROR_HEAP_CLOSED when the context is a closed heap's (one scalar load otherwise)."""
-    if gl.load(context_ptr + _BASES + world_size + _STATUS) == _STATUS_CLOSED:
-        record_error(context_ptr, _ERROR_HEAP_CLOSED, 0, 0, -1, 0)
+    if gl.load(context_ptr + _abi.BASES_INDEX + world_size + _abi.EXT_STATUS) == _abi.STATUS_CLOSED:
+        record_error(context_ptr, _abi.ERROR_HEAP_CLOSED, 0, 0, -1, 0)

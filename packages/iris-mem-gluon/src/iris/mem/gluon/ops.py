@@ -23,12 +23,6 @@ from __future__ import annotations
 
 from iris.mem.common.target import InterpreterAtomicError
 
-from ._constants import (  # noqa: F401 - the layout's names, as the layer's other modules read them here
-    _BASES,
-    _RANK,
-    _WORLD_SIZE,
-    BASE_ALIGNMENT,
-)
 from . import accesses as _accesses
 from . import atomics as _atomics
 from . import clock as _clock

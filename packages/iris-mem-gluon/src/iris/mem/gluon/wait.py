@@ -11,7 +11,6 @@ from triton.experimental.gluon import language as gl
 from iris.heap import context as _abi
 from iris.mem import common as _common
 
-from ._constants import _BASES, _ERROR_WAIT_TIMEOUT, _RANK
 from .accesses import _value_like
 from .clock import clock_ns, elapsed_ns, polls_per_clock, wait_timeout_ns
 from .errors import record_error
@@ -105,9 +104,9 @@ def wait(flag_ptr, value, context_ptr, cmp: gl.constexpr = None):
         done = _every(_holds(seen, value, op))
     ok = waited >= 0
     if ok & (done == 0):
-        base = gl.load(context_ptr + _BASES + gl.load(context_ptr + _RANK))
+        base = gl.load(context_ptr + _abi.BASES_INDEX + gl.load(context_ptr + _abi.RANK_INDEX))
         offset, last = _first_missed(flag_ptr, seen, _holds(seen, value, op), base)
-        record_error(context_ptr, _ERROR_WAIT_TIMEOUT, offset, last, -1, waited)
+        record_error(context_ptr, _abi.ERROR_WAIT_TIMEOUT, offset, last, -1, waited)
     return ok & done
 
 

@@ -10,13 +10,9 @@ sessions).
 ===================  =====================================================  ===============================
 name                 what it reaches into                                   where it is missing
 ===================  =====================================================  ===============================
-``clock_ns_asm``     a builtin (``__triton_builtin__``): the code            ``NotImplementedError`` naming
-                     generator's ``_semantic`` for                          the backend; ``RuntimeError``
-                     ``tl.inline_asm_elementwise`` and ``__mul__``, and     naming Triton where the options
-                     the target's ``backend_name``                          lack it (``target_of``)
-``sm_id_asm``        the same, with ``cast``, ``to``, ``__or__``,            0 where the target has no
-                     ``__lshift__`` through ``_semantic``, and the          multiprocessor id; as above
-                     target's ``arch`` (AMD: which ``HW_ID`` fields)
+``clock_ns_asm``,    ``iris.mem.common.target``'s ``clock_ns_builtin``      (tabled there)
+``sm_id_asm``        and ``sm_id_builtin`` over ``triton.language``, on
+                     CPU ranks where ``INTERPRETED``
 ``check_atomic``     ``INTERPRETED`` (what ``@triton.jit`` made) and        (data: ``iris.mem.common.target``)
                      ``InterpreterAtomicError.ALLOWED["triton"]``
 ``aggregate``        the interpreter's ``InterpretedFunction`` (by its      the methods stay where
@@ -33,12 +29,11 @@ name                 what it reaches into                                   wher
 from __future__ import annotations
 
 import functools
-import time
 
 import triton
 import triton.language as tl
 from iris.mem.common import target as _target
-from iris.mem.common.target import CLOCK_ASM, InterpreterAtomicError, sm_id_reads, target_of
+from iris.mem.common.target import InterpreterAtomicError, clock_ns_builtin, sm_id_builtin
 
 __all__ = ["INTERPRETED", "aggregate", "check_atomic", "clock_ns_asm", "sm_id_asm"]
 
@@ -64,53 +59,13 @@ def check_atomic(dtype, op):
 
 # -- inline assembly through the code generator ----------------------------------------------------
 
+#: The clock of wherever the kernel runs, an int64 scalar (the body of ``clock_ns``); CPU ranks: the
+#: host's monotonic clock (``INTERPRETED``, read at each call).
+clock_ns_asm = clock_ns_builtin(tl, "triton", lambda: INTERPRETED)
 
-def clock_ns_asm(_semantic=None):
-    """The clock of wherever the kernel runs, as an int64 scalar (the body of ``clock_ns``).
-
-    CPU ranks: the interpreter runs this as Python in the middle of a launch, so it reads the
-    host's clock anew at each call (a constexpr function could too, but Triton's dependency scan
-    rejects ``time.monotonic_ns`` in one when it compiles). Compiled: the target comes from the
-    code generator's options (``backend_name``), which name the target being generated for even
-    in a process whose active driver is another or none (compile-only checks).
-    """
-    if INTERPRETED:
-        return tl.cast(time.monotonic_ns(), tl.int64)
-    backend = target_of(_semantic).backend
-    if backend not in CLOCK_ASM:
-        raise NotImplementedError(
-            f"iris.mem.triton.clock_ns (which bounded waits read) was compiled for the {backend!r} backend, "
-            f"which has no device clock here; it reads one on {', '.join(CLOCK_ASM)} GPUs and on CPU ranks"
-        )
-    asm, constraint, ns_per_tick = CLOCK_ASM[backend]
-    ticks = tl.inline_asm_elementwise(asm, constraint, [], dtype=tl.int64, is_pure=False, pack=1, _semantic=_semantic)
-    if ns_per_tick == 1:
-        return ticks
-    return ticks.__mul__(ns_per_tick, _semantic=_semantic)
-
-
-clock_ns_asm.__triton_builtin__ = True  # compiled: called with the code generator's _semantic
-
-
-def sm_id_asm(_semantic=None):
-    """The multiprocessor this program runs on, an int64 scalar (the body of ``tracing.sm_id``).
-
-    CPU ranks: 0 (the interpreter runs this as Python). Compiled: the target comes from the code
-    generator's options, as for ``clock_ns``. Read at each event, not once: NVIDIA documents that
-    ``%smid`` may change during execution (preemption may move a program).
-    """
-    if INTERPRETED:
-        return tl.cast(0, tl.int64)
-    out = tl.cast(0, tl.int64, _semantic=_semantic)
-    for asm, constraint, shift in sm_id_reads(target_of(_semantic)):
-        part = tl.inline_asm_elementwise(
-            asm, constraint, [], dtype=tl.int32, is_pure=False, pack=1, _semantic=_semantic
-        ).to(tl.int64, _semantic=_semantic)
-        out = out.__or__(part.__lshift__(shift, _semantic=_semantic), _semantic=_semantic)
-    return out
-
-
-sm_id_asm.__triton_builtin__ = True  # compiled: called with the code generator's _semantic
+#: The multiprocessor this program runs on, an int64 scalar (the body of ``tracing.sm_id``); CPU
+#: ranks: 0.
+sm_id_asm = sm_id_builtin(tl, lambda: INTERPRETED)
 
 
 # -- aggregates, compiled and interpreted ----------------------------------------------------------

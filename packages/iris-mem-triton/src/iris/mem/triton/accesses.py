@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+from iris.heap import context as _abi
 
-from ._constants import BASE_ALIGNMENT
 
 __all__ = ["translate", "load", "store", "get", "put", "copy"]
 
@@ -15,7 +15,7 @@ __all__ = ["translate", "load", "store", "get", "put", "copy"]
 def _align_elements(dtype):
     """BASE_ALIGNMENT in elements of ``dtype`` (a byte delta between bases divides by it exactly)."""
     size = max(1, dtype.primitive_bitwidth // 8)
-    return max(1, BASE_ALIGNMENT.value // size)
+    return max(1, _abi.BASE_ALIGNMENT // size)
 
 
 @triton.jit
@@ -28,7 +28,7 @@ def translate(ptr, cur_rank, to_rank, heap_bases, hint: tl.constexpr = None):
     """
     delta = tl.load(heap_bases + to_rank) - tl.load(heap_bases + cur_rank)
     # delta is a multiple of BASE_ALIGNMENT bytes: writing it so tells the compiler too.
-    delta = (delta // BASE_ALIGNMENT) * _align_elements(ptr.dtype.element_ty)
+    delta = (delta // _abi.BASE_ALIGNMENT) * _align_elements(ptr.dtype.element_ty)
     out = ptr + delta
     if hint is not None:
         out = tl.max_contiguous(tl.multiple_of(out, hint), hint)

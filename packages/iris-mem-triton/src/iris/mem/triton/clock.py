@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+from iris.heap import context as _abi
 from iris.mem import common as _common
 from iris.mem.common.target import target_builtin
 
-from ._constants import _WAIT_TIMEOUT_NS
 from ._internals import clock_ns_asm as _clock_ns
 from .errors import _extensions, _no_error, _program_max
 
@@ -32,7 +32,7 @@ def wait_timeout_ns(context_ptr):
     For layers that write their own bounded loops (polling more than flags), so that they give up
     no sooner than ``wait`` does and without reading the context's layout themselves.
     """
-    return tl.load(_extensions(context_ptr) + _WAIT_TIMEOUT_NS)
+    return tl.load(_extensions(context_ptr) + _abi.EXT_WAIT_TIMEOUT_NS)
 
 
 

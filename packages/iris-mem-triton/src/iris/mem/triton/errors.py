@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+from iris.heap import context as _abi
 from iris.mem.common.target import target_builtin
 
-from ._constants import _BASES, _ERROR_CODE, _ERROR_HEAP_CLOSED, _ERROR_RECORD, _RECORD_AUX, _RECORD_CODE
-from ._constants import _RECORD_DETAIL, _RECORD_PEER, _RECORD_VALUE, _STATUS, _STATUS_CLOSED, _WORLD_SIZE
 
 __all__ = ["record_error", "healthy"]
 
@@ -16,7 +15,7 @@ __all__ = ["record_error", "healthy"]
 @triton.jit
 def _extensions(context_ptr):
     """Where the context's extensions start: right after the W heap bases."""
-    return context_ptr + _BASES + tl.load(context_ptr + _WORLD_SIZE)
+    return context_ptr + _abi.BASES_INDEX + tl.load(context_ptr + _abi.WORLD_SIZE_INDEX)
 
 
 
@@ -45,7 +44,7 @@ def _program_max(x):
 
 @triton.jit
 def _no_error(extensions):
-    return tl.load(extensions + _ERROR_CODE, volatile=True) == 0
+    return tl.load(extensions + _abi.EXT_ERROR_CODE, volatile=True) == 0
 
 
 @triton.jit
@@ -68,20 +67,20 @@ def record_error(context_ptr, code, detail, value, peer, aux):
     """
     code64 = tl.cast(code, tl.int64)
     ext = _extensions(context_ptr)
-    won = tl.atomic_cas(ext + _ERROR_CODE, tl.cast(0, tl.int64), code64, sem="acq_rel", scope="sys") == 0
+    won = tl.atomic_cas(ext + _abi.EXT_ERROR_CODE, tl.cast(0, tl.int64), code64, sem="acq_rel", scope="sys") == 0
     if won:
-        record = tl.load(ext + _ERROR_RECORD).to(tl.pointer_type(tl.int64), bitcast=True)
+        record = tl.load(ext + _abi.EXT_ERROR_RECORD).to(tl.pointer_type(tl.int64), bitcast=True)
         # Scalar stores and atomics run on the same (first) thread: program order, then release.
-        tl.store(record + _RECORD_DETAIL, tl.cast(detail, tl.int64))
-        tl.store(record + _RECORD_VALUE, tl.cast(value, tl.int64))
-        tl.store(record + _RECORD_PEER, tl.cast(peer, tl.int64))
-        tl.store(record + _RECORD_AUX, tl.cast(aux, tl.int64))
-        tl.atomic_xchg(record + _RECORD_CODE, code64, sem="release", scope="sys")
+        tl.store(record + _abi.RECORD_DETAIL, tl.cast(detail, tl.int64))
+        tl.store(record + _abi.RECORD_VALUE, tl.cast(value, tl.int64))
+        tl.store(record + _abi.RECORD_PEER, tl.cast(peer, tl.int64))
+        tl.store(record + _abi.RECORD_AUX, tl.cast(aux, tl.int64))
+        tl.atomic_xchg(record + _abi.RECORD_CODE, code64, sem="release", scope="sys")
     return won
 
 
 @triton.jit
 def _record_if_closed(context_ptr, world_size):
     """Record ERROR_HEAP_CLOSED when the context is a closed heap's (one scalar load otherwise)."""
-    if tl.load(context_ptr + _BASES + world_size + _STATUS) == _STATUS_CLOSED:
-        record_error(context_ptr, _ERROR_HEAP_CLOSED, 0, 0, -1, 0)
+    if tl.load(context_ptr + _abi.BASES_INDEX + world_size + _abi.EXT_STATUS) == _abi.STATUS_CLOSED:
+        record_error(context_ptr, _abi.ERROR_HEAP_CLOSED, 0, 0, -1, 0)

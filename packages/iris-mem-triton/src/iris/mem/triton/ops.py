@@ -18,12 +18,6 @@ reached only through ``_internals`` and ``iris.mem.common.target``.
 
 from __future__ import annotations
 
-from ._constants import (  # noqa: F401 - the layout's names, as the layer's other modules read them here
-    _BASES,
-    _RANK,
-    _WORLD_SIZE,
-    BASE_ALIGNMENT,
-)
 from . import accesses as _accesses
 from . import atomics as _atomics
 from . import clock as _clock

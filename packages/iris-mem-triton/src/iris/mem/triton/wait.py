@@ -7,7 +7,6 @@ import triton
 import triton.language as tl
 from iris.heap import context as _abi
 
-from ._constants import _BASES, _ERROR_WAIT_TIMEOUT, _RANK
 from .clock import clock_ns, elapsed_ns, polls_per_clock, wait_timeout_ns
 from .errors import record_error
 
@@ -100,7 +99,7 @@ def wait(flag_ptr, value, context_ptr, cmp: tl.constexpr = None):
         done = _every(_holds(seen, value, op))
     ok = waited >= 0
     if ok & (done == 0):
-        base = tl.load(context_ptr + _BASES + tl.load(context_ptr + _RANK))
+        base = tl.load(context_ptr + _abi.BASES_INDEX + tl.load(context_ptr + _abi.RANK_INDEX))
         offset, last = _first_missed(flag_ptr, seen, _holds(seen, value, op), base)
-        record_error(context_ptr, _ERROR_WAIT_TIMEOUT, offset, last, -1, waited)
+        record_error(context_ptr, _abi.ERROR_WAIT_TIMEOUT, offset, last, -1, waited)
     return ok & done

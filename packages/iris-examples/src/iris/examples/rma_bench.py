@@ -101,33 +101,41 @@ def local_copy_kernel(src, dst, n, BLOCK: tl.constexpr, WIDE: tl.constexpr):
     tl.store(dst + offs, tl.load(src + offs, mask=mask), mask=mask)
 
 
+@triton.jit
+def _remote_op(ctx, src, dst, mask, peer, other, OP: tl.constexpr):
+    """The operation measured, on this program's pointer blocks: load (``peer``'s ``src`` into the
+    local ``dst`` by ``ctx.load``), store (the local ``src`` into ``peer``'s ``dst`` by
+    ``ctx.store``), get, put, or copy (``peer``'s ``src`` into ``other``'s ``dst``)."""
+    if OP == "load":
+        tl.store(dst, ctx.load(src, peer, mask=mask), mask=mask)
+    elif OP == "store":
+        ctx.store(dst, tl.load(src, mask=mask), peer, mask=mask)
+    elif OP == "get":
+        ctx.get(src, dst, peer, mask=mask)
+    elif OP == "put":
+        ctx.put(src, dst, peer, mask=mask)
+    else:
+        ctx.copy(src, dst, peer, other, mask=mask)
+
+
 @imt.interpret()
 @triton.jit
 def remote_copy_kernel(src, dst, n, context_ptr, EVENT, OP: tl.constexpr, BLOCK: tl.constexpr, WIDE: tl.constexpr,
                        TRACE: tl.constexpr):  # fmt: skip
-    """OP: load (peer src -> local dst by ctx.load), store (local -> peer by ctx.store), get, put,
-    copy (peer src -> other peer's dst; with 2 ranks both are the one peer).
+    """``_remote_op`` OP with the next rank (copy: from the next rank to the previous one; with 2
+    ranks both are the one peer).
 
     ``TRACE``: record the program's operation as event ``EVENT`` (target rank: the peer read, or
     for store/put/copy the rank written; bytes: what the program moved)."""
     ctx = Context.initialize(context_ptr)
     tr = imt.Tracing.initialize(context_ptr, TRACE)
     peer = (ctx.rank + 1) % ctx.world_size
+    other = (ctx.rank + ctx.world_size - 1) % ctx.world_size
     offs = _offsets(BLOCK, WIDE)
     mask = offs < n
-    other = (ctx.rank + ctx.world_size - 1) % ctx.world_size
     nbytes = tl.minimum(BLOCK, n - tl.program_id(0).to(tl.int64) * BLOCK) * src.dtype.element_ty.primitive_bitwidth // 8
     moved = tr.record_start(EVENT, other if OP == "copy" else peer, nbytes)
-    if OP == "load":
-        tl.store(dst + offs, ctx.load(src + offs, peer, mask=mask), mask=mask)
-    elif OP == "store":
-        ctx.store(dst + offs, tl.load(src + offs, mask=mask), peer, mask=mask)
-    elif OP == "get":
-        ctx.get(src + offs, dst + offs, peer, mask=mask)
-    elif OP == "put":
-        ctx.put(src + offs, dst + offs, peer, mask=mask)
-    else:
-        ctx.copy(src + offs, dst + offs, peer, other, mask=mask)
+    _remote_op(ctx, src + offs, dst + offs, mask, peer, other, OP)
     if TRACE:
         tl.debug_barrier()  # the event ends when every thread's part is done (stores: issued)
     tr.record_end(moved)
@@ -187,6 +195,21 @@ def gluon_local_copy_kernel(src, dst, n, BLOCK: gl.constexpr, L: gl.constexpr):
     gl.store(dst + offs, gl.load(src + offs, mask=mask), mask=mask)
 
 
+@gluon.jit
+def _gluon_remote_op(ctx, src, dst, mask, peer, other, OP: gl.constexpr):
+    """``_remote_op`` in Gluon."""
+    if OP == "load":
+        gl.store(dst, ctx.load(src, peer, mask=mask), mask=mask)
+    elif OP == "store":
+        ctx.store(dst, gl.load(src, mask=mask), peer, mask=mask)
+    elif OP == "get":
+        ctx.get(src, dst, peer, mask=mask)
+    elif OP == "put":
+        ctx.put(src, dst, peer, mask=mask)
+    else:
+        ctx.copy(src, dst, peer, other, mask=mask)
+
+
 @img.interpret()
 @gluon.jit
 def gluon_remote_copy_kernel(src, dst, n, context_ptr, EVENT, OP: gl.constexpr, BLOCK: gl.constexpr, L: gl.constexpr,
@@ -195,23 +218,14 @@ def gluon_remote_copy_kernel(src, dst, n, context_ptr, EVENT, OP: gl.constexpr, 
     ``TRACE`` event."""
     ctx = img.Context.initialize(context_ptr)
     tr = img.Tracing.initialize(context_ptr, TRACE)
-    nxt = (ctx.rank + 1) % ctx.world_size
+    peer = (ctx.rank + 1) % ctx.world_size
+    other = (ctx.rank + ctx.world_size - 1) % ctx.world_size
     start = gl.program_id(0) * BLOCK
     offs = start + gl.arange(0, BLOCK, layout=L)
     mask = offs < n
     nbytes = gl.minimum(BLOCK, n - start) * src.dtype.element_ty.primitive_bitwidth // 8
-    prev = (ctx.rank + ctx.world_size - 1) % ctx.world_size
-    moved = tr.record_start(EVENT, prev if OP == "copy" else nxt, nbytes)
-    if OP == "load":
-        gl.store(dst + offs, ctx.load(src + offs, nxt, mask=mask), mask=mask)
-    elif OP == "store":
-        ctx.store(dst + offs, gl.load(src + offs, mask=mask), nxt, mask=mask)
-    elif OP == "get":
-        ctx.get(src + offs, dst + offs, nxt, mask=mask)
-    elif OP == "put":
-        ctx.put(src + offs, dst + offs, nxt, mask=mask)
-    else:
-        ctx.copy(src + offs, dst + offs, nxt, prev, mask=mask)
+    moved = tr.record_start(EVENT, other if OP == "copy" else peer, nbytes)
+    _gluon_remote_op(ctx, src + offs, dst + offs, mask, peer, other, OP)
     if TRACE:
         img.barrier()  # the event ends when every thread's part is done (stores: issued)
     tr.record_end(moved)

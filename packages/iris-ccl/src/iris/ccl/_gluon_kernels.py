@@ -9,9 +9,9 @@ Layouts are explicit in Gluon: every tile is a 1-D ``BlockedLayout`` built insid
 (32 on NVIDIA, 64 on AMD CDNA), one 16-byte vector of the element type per thread and repetition
 (``protocol_gluon.tile_layout``).
 
-On CPU ranks the kernels run through ``iris.mem.gluon.interpret``: each launched kernel is marked
-``@img.interpret()``, so its launches (whoever makes them) enter that scope; importing
-``iris.mem.gluon`` alone changes nothing in Gluon.
+On CPU ranks the kernels run through ``iris.mem.gluon.interpret``: each launched kernel
+(``@proto.kernel``) is marked ``@img.interpret()``, so its launches (whoever makes them) enter that
+scope; importing ``iris.mem.gluon`` alone changes nothing in Gluon.
 """
 
 import triton.language as tl
@@ -90,11 +90,7 @@ def _stage_in(staging, user, n, STAGED: gl.constexpr, BLOCK: gl.constexpr, L: gl
         img.barrier()  # every thread's part is written before program 0's release publishes it
 
 
-_DESC = ["CODE", "NUMEL", "OFF_A", "OFF_B", "SHAPE"]  # vary per call: never specialized on
-
-
-@img.interpret()
-@gluon.jit(do_not_specialize=_DESC)
+@proto.kernel
 def barrier_kernel(
     context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, FLAGS: gl.constexpr, SCOPE: gl.constexpr, TRACE: gl.constexpr
 ):
@@ -105,8 +101,7 @@ def barrier_kernel(
     gl.store(proto.state(sync, FLAGS) + 1, epoch)
 
 
-@img.interpret()
-@gluon.jit(do_not_specialize=_DESC)
+@proto.kernel
 def reduce_kernel(
     context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, src, dst, N, start, chunk, user,
     PUSH: gl.constexpr, DST_CHUNKED: gl.constexpr,
@@ -147,8 +142,7 @@ def reduce_kernel(
             _copy_all(user, src, N, BLOCK, L)
 
 
-@img.interpret()
-@gluon.jit(do_not_specialize=_DESC)
+@proto.kernel
 def gather_kernel(
     context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, src, dst,
     piece, dst_numel, src_stride, src_offset, dst_stride, first_rank, user, user_numel,
@@ -177,8 +171,7 @@ def gather_kernel(
     proto.finish(ctx, tr, sync, epoch, go, FLAGS, SCOPE)
 
 
-@img.interpret()
-@gluon.jit(do_not_specialize=_DESC)
+@proto.kernel
 def push_kernel(
     context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, src, dst, n, dst_offset,
     W: gl.constexpr, FLAGS: gl.constexpr, BLOCK: gl.constexpr, SCOPE: gl.constexpr, TRACE: gl.constexpr,

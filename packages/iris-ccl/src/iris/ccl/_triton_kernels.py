@@ -5,14 +5,14 @@ Every kernel meets its peers through the device half of the protocol (``iris.ccl
 barrier and a launch replayed from a CUDA graph synchronizes as a fresh one does.
 
 ``iris.ccl._gluon_kernels`` has the same kernels with the same signatures in Gluon. On CPU ranks
-each launched kernel is marked ``@imt.interpret()`` (as the Gluon ones are ``@img.interpret()``),
-so its launches run inside that scope (which patches Triton's interpreter once per launch).
+each launched kernel (``@proto.kernel``) is marked ``@imt.interpret()`` (as the Gluon ones are
+``@img.interpret()``), so its launches run inside that scope (which patches Triton's interpreter
+once per launch).
 """
 
 import triton
 import triton.language as tl
 
-import iris.mem.triton as imt
 from iris.heap.tracing import EVENTS
 
 from . import protocol
@@ -86,11 +86,7 @@ def _stage_in(staging, user, n, STAGED: tl.constexpr, BLOCK: tl.constexpr):
         tl.debug_barrier()  # every thread's part is written before program 0's release publishes it
 
 
-_DESC = ["CODE", "NUMEL", "OFF_A", "OFF_B", "SHAPE"]  # vary per call: never specialized on
-
-
-@imt.interpret()
-@triton.jit(do_not_specialize=_DESC)
+@proto.kernel
 def barrier_kernel(
     context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, FLAGS: tl.constexpr, SCOPE: tl.constexpr, TRACE: tl.constexpr
 ):
@@ -101,8 +97,7 @@ def barrier_kernel(
     tl.store(proto.state(sync, FLAGS) + 1, epoch)
 
 
-@imt.interpret()
-@triton.jit(do_not_specialize=_DESC)
+@proto.kernel
 def reduce_kernel(
     context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, src, dst, N, start, chunk, user,
     PUSH: tl.constexpr, DST_CHUNKED: tl.constexpr,
@@ -152,8 +147,7 @@ def reduce_kernel(
             _copy_all(user, src, N, BLOCK)
 
 
-@imt.interpret()
-@triton.jit(do_not_specialize=_DESC)
+@proto.kernel
 def gather_kernel(
     context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, src, dst,
     piece, dst_numel, src_stride, src_offset, dst_stride, first_rank, user, user_numel,
@@ -186,8 +180,7 @@ def gather_kernel(
     proto.finish(ctx, tr, sync, epoch, go, FLAGS, SCOPE)
 
 
-@imt.interpret()
-@triton.jit(do_not_specialize=_DESC)
+@proto.kernel
 def push_kernel(
     context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, src, dst, n, dst_offset,
     W: tl.constexpr, FLAGS: tl.constexpr, BLOCK: tl.constexpr, SCOPE: tl.constexpr, TRACE: tl.constexpr,

@@ -85,10 +85,13 @@ from iris.heap import context as abi
 
 from .errors import CollectiveAbandonedError, CollectiveMismatchError, CollectiveTimeoutError
 
-__all__ = ["KINDS", "VARIANTS", "REDUCE_OPS", "OPS", "DESC_WORDS", "DESC_SLOTS", "TAG_BITS", "KindFields", "describe",
-           "decode", "register_kind", "register_variant", "translate_error"]  # fmt: skip
+__all__ = ["KINDS", "VARIANTS", "REDUCE_OPS", "OPS", "DESC_WORDS", "DESC_SLOTS", "DESC_ARGS", "TAG_BITS", "KindFields",
+           "describe", "decode", "register_kind", "register_variant", "translate_error"]  # fmt: skip
 
 DESC_WORDS = 5
+#: A kernel's arguments that carry the description (``begin``'s code, numel, off_a, off_b, shape):
+#: they vary per call, so the kernels never specialize on them (``protocol_triton.kernel``).
+DESC_ARGS = ("CODE", "NUMEL", "OFF_A", "OFF_B", "SHAPE")
 #: The words a description is published as: CODE's low 30 bits and its high bits, NUMEL, OFF_A,
 #: OFF_B, SHAPE, each shifted up by TAG_BITS to carry the epoch's low bits (every payload fits in 55 bits).
 DESC_SLOTS = 6

@@ -20,7 +20,8 @@ from iris.mem.gluon import ops as mops
 
 from . import protocol
 
-__all__ = ["begin", "cast_out", "combine", "finish", "give_up", "signal", "state", "tile_layout", "wait_flags"]
+__all__ = ["begin", "cast_out", "combine", "finish", "give_up", "kernel", "signal", "state", "tile_layout",
+           "wait_flags"]  # fmt: skip
 
 #: Bytes one thread moves per vector access (as ``iris.mem.gluon.blocked_layout``).
 _VECTOR_BYTES = 16
@@ -56,6 +57,12 @@ def tile_layout(block, num_warps, dtype, target):
     return gl.BlockedLayout(
         size_per_thread=[per_thread], threads_per_warp=[threads], warps_per_cta=[num_warps], order=[0]
     )
+
+
+def kernel(fn):
+    """``fn`` as a launched kernel on the protocol: ``@gluon.jit``, never specialized on the
+    description's arguments (``protocol.DESC_ARGS``), and marked ``@img.interpret()``."""
+    return img.interpret()(gluon.jit(do_not_specialize=list(protocol.DESC_ARGS))(fn))
 
 
 # -- the sync block (iris.ccl.workspace) and the protocol (iris.ccl.protocol), as in protocol_triton --

@@ -4,7 +4,7 @@ device to meet its peers.
 
 A kernel on the protocol takes the call's description and the sync block (``CODE, NUMEL, OFF_A,
 OFF_B, SHAPE``; ``sync``, ``FLAGS``, ``SCOPE``, ``TRACE``: what ``iris.ccl.call.Call.launch`` passes)
-and is written as::
+is declared with ``@protocol_triton.kernel``, and is written as::
 
     ctx, tr, epoch, go = protocol_triton.begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE,
                                                FLAGS, SCOPE, TRACE)
@@ -38,12 +38,13 @@ import triton.language as tl
 
 from iris.heap import context as abi
 from iris.heap.tracing import EVENTS
+import iris.mem.triton as imt
 from iris.mem.triton import INTERPRETED, Context, Tracing
 from iris.mem.triton import ops as mops
 
 from . import protocol
 
-__all__ = ["begin", "cast_out", "combine", "finish", "give_up", "signal", "state", "wait_flags"]
+__all__ = ["begin", "cast_out", "combine", "finish", "give_up", "kernel", "signal", "state", "wait_flags"]
 
 # The error record's words (detail, value, peer, aux) as this module writes them:
 # - _TIMEOUT (``_await`` at its deadline): the heap offset of the missing rank's flag, the epoch,
@@ -71,6 +72,13 @@ _MIN = tl.constexpr(protocol.REDUCE_OPS["min"])
 # Config(trace=True): the phases every kernel records (iris.heap.tracing.EVENTS), per program.
 _ENTRY_WAIT = tl.constexpr(EVENTS["entry wait"])
 _EXIT_WAIT = tl.constexpr(EVENTS["exit wait"])
+
+
+def kernel(fn):
+    """``fn`` as a launched kernel on the protocol: ``@triton.jit``, never specialized on the
+    description's arguments (``protocol.DESC_ARGS``: they vary per call), and marked
+    ``@imt.interpret()``, so its launches on CPU ranks run inside that scope."""
+    return imt.interpret()(triton.jit(do_not_specialize=list(protocol.DESC_ARGS))(fn))
 
 
 # -- the sync block (iris.ccl.workspace): FLAGS-strided int64 arrays -------------------------------

@@ -34,12 +34,12 @@ peers and the reduction of the partials are in one blocked layout (``STORE``) wi
 vectors along N, whichever path computed them.
 
 On CPU ranks the kernels run through ``iris.mem.gluon.interpret`` (each launched kernel is marked
-``@img.interpret()``): layouts are dropped, every product is ``tl.dot`` in IEEE fp32 (bf16
-operands widened to fp32 first, exactly), and Hopper's primitives have CPU meanings (TMA copies
-complete at once; mbarriers keep their phases and byte counts, and a wait that would never
-complete raises). There ``product_path`` answers as on sm_90, so CPU runs go through the code an
-H100 runs: the Hopper path for fp16 and bf16 operands TMA can address, ``mma_v2`` for the others
-(and TF32 fp32), ``dot_fma`` for IEEE fp32.
+``@img.interpret()``, through ``protocol_gluon.kernel`` or directly): layouts are dropped, every
+product is ``tl.dot`` in IEEE fp32 (bf16 operands widened to fp32 first, exactly), and Hopper's
+primitives have CPU meanings (TMA copies complete at once; mbarriers keep their phases and byte
+counts, and a wait that would never complete raises). There ``product_path`` answers as on sm_90,
+so CPU runs go through the code an H100 runs: the Hopper path for fp16 and bf16 operands TMA can
+address, ``mma_v2`` for the others (and TF32 fp32), ``dot_fma`` for IEEE fp32.
 """
 
 import functools
@@ -245,6 +245,17 @@ def _ring(dtype: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLO
 
 
 @gluon.jit
+def _operands(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+              BLOCK_K: gl.constexpr, STAGES: gl.constexpr, A_MODE: gl.constexpr, B_MODE: gl.constexpr):  # fmt: skip
+    """``(a_op, b_op, ring, base)``: ``a`` (M x K) and ``b`` (K x N) as ``_product`` reads them
+    (``_operand``), the ring its Hopper path loads them into (``_ring``), and the program's K steps
+    so far, 0 (``base``: the ring's slots and phases, which ``_product`` advances)."""
+    a_op = _operand(a, M, K, stride_am, stride_ak, BLOCK_M, BLOCK_K, A_MODE)
+    b_op = _operand(b, K, N, stride_bk, stride_bn, BLOCK_K, BLOCK_N, B_MODE)
+    return a_op, b_op, _ring(a.dtype.element_ty, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, A_MODE, B_MODE), 0
+
+
+@gluon.jit
 def _load_step(a_desc, b_desc, ring, step, m0, n0, k, pred, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                BLOCK_K: gl.constexpr, A_MODE: gl.constexpr, B_MODE: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
     """The A and B tiles of K step ``k`` of the tile at (``m0``, ``n0``) into the ring slot of the
@@ -329,11 +340,7 @@ def _tile_bytes(c, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
     return BLOCK_M * BLOCK_N * (c.dtype.element_ty.primitive_bitwidth // 8)
 
 
-_DESC = ["CODE", "NUMEL", "OFF_A", "OFF_B", "SHAPE"]  # vary per call: never specialized on
-
-
-@img.interpret()
-@gluon.jit(do_not_specialize=_DESC)
+@proto.kernel
 def matmul_all_gather_kernel(
     context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, a, b, c, M, N, K,
     stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_cr,
@@ -350,10 +357,8 @@ def matmul_all_gather_kernel(
     ctx, tr, epoch, go = proto.begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, FLAGS, SCOPE, TRACE)
     tiles_m = gl.cdiv(M, BLOCK_M)
     tiles_n = gl.cdiv(N, BLOCK_N)
-    a_op = _operand(a, M, K, stride_am, stride_ak, BLOCK_M, BLOCK_K, A_MODE)
-    b_op = _operand(b, K, N, stride_bk, stride_bn, BLOCK_K, BLOCK_N, B_MODE)
-    ring = _ring(a.dtype.element_ty, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, A_MODE, B_MODE)
-    base = 0  # K steps so far (the Hopper path's ring slots and phases)
+    a_op, b_op, ring, base = _operands(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, BLOCK_M, BLOCK_N,
+                                       BLOCK_K, STAGES, A_MODE, B_MODE)  # fmt: skip
     t = gl.program_id(0)
     while go & (t < tiles_m * tiles_n):
         pid_m, pid_n = _tile_of(t, tiles_m, tiles_n, GROUP_M)
@@ -378,8 +383,7 @@ def matmul_all_gather_kernel(
     proto.finish(ctx, tr, sync, epoch, go, FLAGS, SCOPE)
 
 
-@img.interpret()
-@gluon.jit(do_not_specialize=_DESC)
+@proto.kernel
 def all_gather_matmul_kernel(
     context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, a, b, c, g, m, N, K,
     stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_gm, stride_gk,
@@ -444,8 +448,7 @@ def _reduce_rows(partials, rl, rn, rows, N, OP: gl.constexpr, W: gl.constexpr):
     return acc
 
 
-@img.interpret()
-@gluon.jit(do_not_specialize=_DESC)
+@proto.kernel
 def matmul_reduce_kernel(
     context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, a, b, out, partials, flags, M, N, K, rows,
     stride_am, stride_ak, stride_bk, stride_bn, stride_om, stride_on,
@@ -465,10 +468,8 @@ def matmul_reduce_kernel(
     size = gl.cast(rows, gl.int64) * N  # cast, not .to: a launch makes rows == 1 a constexpr
     sent_t = -1  # the tile whose partial was stored last and not yet signalled (-1: none), and its owner
     sent_o = ctx.rank % ctx.world_size  # (typed as the owners computed below)
-    a_op = _operand(a, M, K, stride_am, stride_ak, BLOCK_M, BLOCK_K, A_MODE)
-    b_op = _operand(b, K, N, stride_bk, stride_bn, BLOCK_K, BLOCK_N, B_MODE)
-    ring = _ring(a.dtype.element_ty, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, A_MODE, B_MODE)
-    base = 0  # K steps so far (the Hopper path's ring slots and phases)
+    a_op, b_op, ring, base = _operands(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, BLOCK_M, BLOCK_N,
+                                       BLOCK_K, STAGES, A_MODE, B_MODE)  # fmt: skip
     # One flat loop over (tile, group) pairs: tile t of the next rank's rows first, of this rank's
     # own last. (Nested loops would let the compiler hoist the tile's index and pointer vectors out
     # of the loop over groups, where they stayed live through the products: registers spilled.)
@@ -541,10 +542,8 @@ def matmul_kernel(
     product) with communication off, no protocol: the baseline that says what the core costs."""
     tiles_m = gl.cdiv(M, BLOCK_M)
     tiles_n = gl.cdiv(N, BLOCK_N)
-    a_op = _operand(a, M, K, stride_am, stride_ak, BLOCK_M, BLOCK_K, A_MODE)
-    b_op = _operand(b, K, N, stride_bk, stride_bn, BLOCK_K, BLOCK_N, B_MODE)
-    ring = _ring(a.dtype.element_ty, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, A_MODE, B_MODE)
-    base = 0  # K steps so far (the Hopper path's ring slots and phases)
+    a_op, b_op, ring, base = _operands(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, BLOCK_M, BLOCK_N,
+                                       BLOCK_K, STAGES, A_MODE, B_MODE)  # fmt: skip
     t = gl.program_id(0)
     while t < tiles_m * tiles_n:
         pid_m, pid_n = _tile_of(t, tiles_m, tiles_n, GROUP_M)

@@ -138,11 +138,7 @@ def _tile_bytes(c, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     return BLOCK_M * BLOCK_N * (c.dtype.element_ty.primitive_bitwidth // 8)
 
 
-_DESC = ["CODE", "NUMEL", "OFF_A", "OFF_B", "SHAPE"]  # vary per call: never specialized on
-
-
-@imt.interpret()
-@triton.jit(do_not_specialize=_DESC)
+@proto.kernel
 def matmul_all_gather_kernel(
     context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, a, b, c, M, N, K,
     stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_cr,
@@ -182,8 +178,7 @@ def matmul_all_gather_kernel(
     proto.finish(ctx, tr, sync, epoch, go, FLAGS, SCOPE)
 
 
-@imt.interpret()
-@triton.jit(do_not_specialize=_DESC)
+@proto.kernel
 def all_gather_matmul_kernel(
     context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, a, b, c, g, m, N, K,
     stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_gm, stride_gk,
@@ -246,8 +241,7 @@ def _reduce_rows(partials, rl, rn, rows, N, OP: tl.constexpr, W: tl.constexpr):
     return acc
 
 
-@imt.interpret()
-@triton.jit(do_not_specialize=_DESC)
+@proto.kernel
 def matmul_reduce_kernel(
     context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, a, b, out, partials, flags, M, N, K, rows,
     stride_am, stride_ak, stride_bk, stride_bn, stride_om, stride_on,

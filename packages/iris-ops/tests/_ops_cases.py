@@ -9,6 +9,7 @@ tensor, guard bytes after every tensor.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -76,15 +77,26 @@ def _reduce(parts, op, dtype):
     return acc.to(dtype)
 
 
+@contextlib.contextmanager
+def _quiet_heap():
+    """A case's heap (``HEAP_SIZE``, ``QUIET`` waits): its device errors checked when the case's
+    body completes, closed in any case."""
+    heap = iris.heap.init(HEAP_SIZE)
+    heap.wait_timeout = QUIET
+    try:
+        yield heap
+        heap.check_device_errors()
+    finally:
+        heap.close()
+
+
 def every_op(rank, world_size, backend, dtype):
     """Every operation against torch, on ragged shapes, row- and column-major inputs, with and
     without ``out=`` (on and off the heap), ``return_gathered``; ``matmul_all_reduce`` bitwise
     the same on every rank. Returns the all-reduce's bytes' digest for the test to compare."""
-    heap = iris.heap.init(HEAP_SIZE)
-    heap.wait_timeout = QUIET
-    w = world_size
-    cfg = config(backend)
-    try:
+    with _quiet_heap() as heap:
+        w = world_size
+        cfg = config(backend)
         dev = heap.device
         for seed, transposed in ((1, False), (2, True)):
             a = [sample((M, K), dtype, seed, r, transposed).to(dev) for r in range(w)]
@@ -131,10 +143,7 @@ def every_op(rank, world_size, backend, dtype):
             assert len(set(digests)) == 1, f"matmul_all_reduce results differ between ranks: {digests}"
             for t in (heap_a, out) + ((stacked,) if heap.is_symmetric(stacked) else ()):
                 heap.free(t)
-        heap.check_device_errors()
         return True
-    finally:
-        heap.close()
 
 
 #: Tiles that make the Hopper path's ring wrap around within a tile and carry its phases across a
@@ -149,12 +158,10 @@ def pipelined(rank, world_size, backend):
     from iris.ops import operations
     from iris.ops.config import resolve
 
-    heap = iris.heap.init(HEAP_SIZE)
-    heap.wait_timeout = QUIET
-    w, dev = world_size, heap.device
-    cfg = config(backend, **PIPELINE)
-    m, k, n = 100, 136, 120
-    try:
+    with _quiet_heap() as heap:
+        w, dev = world_size, heap.device
+        cfg = config(backend, **PIPELINE)
+        m, k, n = 100, 136, 120
         for seed, dtype, transposed in ((3, torch.bfloat16, False), (4, torch.float16, True)):
             a = [sample((m, k), dtype, seed, r, transposed).to(dev) for r in range(w)]
             b = [sample((k, n), dtype, seed + 100, r, transposed).to(dev) for r in range(w)]
@@ -178,18 +185,13 @@ def pipelined(rank, world_size, backend):
             for x, y in ((a[rank], b[rank]), (a[rank][:, :16], b[rank][:16])):
                 want = _product(x, y, dtype)
                 _close(ops.local_matmul(x, y, config=cfg), want, f"pipelined local_matmul K={x.shape[1]} {dtype}", rank)
-        heap.check_device_errors()
         return True
-    finally:
-        heap.close()
 
 
 def empty_and_degenerate(rank, world_size, backend):
     """Shapes with nothing to compute still pair up with the peers (a barrier); K = 0 gives zeros."""
-    heap = iris.heap.init(HEAP_SIZE)
-    heap.wait_timeout = QUIET
-    w, cfg, dev = world_size, config(backend), heap.device
-    try:
+    with _quiet_heap() as heap:
+        w, cfg, dev = world_size, config(backend), heap.device
         z = ops.matmul_all_reduce(torch.ones(5, 0, device=dev), torch.ones(0, 7, device=dev), config=cfg)
         assert torch.equal(z.cpu(), torch.zeros(5, 7)), "K = 0 must give zeros"
         rs = ops.matmul_reduce_scatter(torch.ones(0, 3, device=dev), torch.ones(3, 4, device=dev), config=cfg)
@@ -200,10 +202,7 @@ def empty_and_degenerate(rank, world_size, backend):
         assert c.shape == (2 * w, 0) and torch.equal(g[:, 0].cpu(), torch.arange(w).repeat_interleave(2).float())
         x = ops.matmul_all_reduce(torch.ones(3, 2, device=dev), torch.ones(2, 3, device=dev), config=cfg)  # still paired up
         assert torch.equal(x.cpu(), torch.full((3, 3), 2.0 * w))
-        heap.check_device_errors()
         return True
-    finally:
-        heap.close()
 
 
 def bad_inputs(rank, world_size, backend):
@@ -252,10 +251,8 @@ def bad_inputs(rank, world_size, backend):
 
 def back_to_back(rank, world_size, backend, rounds: int):
     """Operations and collectives one after another with no host barrier: each result as torch's."""
-    heap = iris.heap.init(HEAP_SIZE)
-    heap.wait_timeout = QUIET
-    w, cfg, dev = world_size, config(backend), heap.device
-    try:
+    with _quiet_heap() as heap:
+        w, cfg, dev = world_size, config(backend), heap.device
         for i in range(rounds):
             a = [sample((8 * w, 16), torch.float32, i, r).to(dev) for r in range(w)]
             b = [sample((16, 20), torch.float32, i + 50, r).to(dev) for r in range(w)]
@@ -268,10 +265,7 @@ def back_to_back(rank, world_size, backend, rounds: int):
             _close(ag, _product(torch.cat(a), b[0], torch.float32), f"round {i}: all_gather_matmul", rank)
             assert torch.equal(y.cpu(), torch.full((10,), float(i * w + w * (w - 1) / 2))), f"round {i}: all_reduce"
             heap.free(y)
-        heap.check_device_errors()
         return True
-    finally:
-        heap.close()
 
 
 def _guarded_inputs(heap, dtype, rank, k):
@@ -309,15 +303,18 @@ def mismatch(rank, world_size, backend, field: str):
         assert isinstance(e, ccl.CollectiveMismatchError), f"rank {rank}: want a mismatch, got {e!r}"
         assert e.field == field, f"rank {rank}: the mismatch names {e.field!r}, want {field!r}: {e}"
         mem.assert_unchanged(rank, f"after a mismatch of {field}")
-        ccl.reset()
-        mem.free()
-        heap.check_symmetry()
-        return _works_after(heap, rank, world_size, backend)
+        return _recovers(heap, mem, rank, world_size, backend)
     finally:
         heap.close()
 
 
-def _works_after(heap, rank, world_size, backend) -> bool:
+def _recovers(heap, mem, rank, world_size, backend) -> bool:
+    """After a failed call: ``reset()`` on every rank, the guarded memory freed, the heap still
+    symmetric, and the next call (``QUIET`` waits) correct."""
+    heap.wait_timeout = QUIET
+    ccl.reset()
+    mem.free()
+    heap.check_symmetry()
     w = world_size
     a = [sample((4 * w, 8), torch.float32, 99, r).to(heap.device) for r in range(w)]
     b = [sample((8, 6), torch.float32, 98, r).to(heap.device) for r in range(w)]
@@ -343,11 +340,7 @@ def missing_rank(rank, world_size, backend, timeout: float):
             assert isinstance(e, ccl.CollectiveTimeoutError), f"rank {rank}: want a timeout, got {e!r}"
             assert e.missing_rank == world_size - 1 and took < 10 * timeout + 5, (e, took)
         mem.assert_unchanged(rank, "after a peer never arrived")
-        heap.wait_timeout = QUIET
-        ccl.reset()
-        mem.free()
-        heap.check_symmetry()
-        return _works_after(heap, rank, world_size, backend)
+        return _recovers(heap, mem, rank, world_size, backend)
     finally:
         heap.close()
 
@@ -387,11 +380,7 @@ def lost_tile(rank, world_size, backend, timeout: float):
             # own deadline there if that comes first (both bounds run at once)
             assert isinstance(e, ccl.CollectiveAbandonedError) or "did not finish it" in str(e), str(e)
         mem.assert_guards(rank, "after a lost tile")
-        heap.wait_timeout = QUIET
-        ccl.reset()
-        mem.free()
-        heap.check_symmetry()
-        return _works_after(heap, rank, world_size, backend)
+        return _recovers(heap, mem, rank, world_size, backend)
     finally:
         heap.close()
 

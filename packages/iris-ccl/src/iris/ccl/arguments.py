@@ -29,6 +29,7 @@ __all__ = [
     "check_reduce_scatter",
     "check_split",
     "check_src",
+    "check_strided",
     "check_tensor",
     "flat",
     "layout",
@@ -57,14 +58,20 @@ def check_heap(heap):
     return heap
 
 
-def check_tensor(t, name: str, heap) -> int:
-    """Checks of one tensor argument; its memory layout (``layout``)."""
+def check_strided(t, name: str, heap, takes: str) -> None:
+    """That ``t`` is a strided torch.Tensor on the heap's device; ``takes`` ends the message about
+    another layout (what the caller takes). ``iris.ops`` checks its matrices with it too."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if t.device != heap.device:
         raise ValueError(f"{name} is on {t.device}, but the heap (rank {heap.rank}) is on {heap.device}")
     if t.layout != torch.strided:
-        raise TypeError(f"{name} is a {t.layout} tensor; the collectives take strided (dense) tensors")
+        raise TypeError(f"{name} is a {t.layout} tensor; {takes}")
+
+
+def check_tensor(t, name: str, heap) -> int:
+    """Checks of one tensor argument; its memory layout (``layout``)."""
+    check_strided(t, name, heap, "the collectives take strided (dense) tensors")
     order = layout(t, name)
     if t.numel() * max(1, t.element_size() // 8) >= MAX_ELEMENTS:
         raise ValueError(

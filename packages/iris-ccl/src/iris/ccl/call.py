@@ -21,7 +21,7 @@ from .workspace import Workspace, workspace_of
 
 __all__ = ["FOLD_BYTES", "Call", "Staging", "kernels_of"]
 
-_KERNELS: dict = {}  # backend -> its kernel module, once imported
+_KERNELS: dict = {}  # (package, backend) -> its kernel module, once imported
 
 #: A tensor off the heap of at most this many bytes per rank is staged inside the collective's
 #: kernel (one program copies it into the staging before the entry and, for the two-shot all_reduce,
@@ -33,17 +33,20 @@ _KERNELS: dict = {}  # backend -> its kernel module, once imported
 FOLD_BYTES = 64 * 1024
 
 
-def kernels_of(backend: str):
-    """The kernel module of ``backend`` (``_triton_kernels`` / ``_gluon_kernels``: the same kernels)."""
-    module = _KERNELS.get(backend)
+def kernels_of(backend: str, package: str = "iris.ccl"):
+    """The kernel module of ``backend`` in ``package`` (``_triton_kernels`` / ``_gluon_kernels``: the
+    same kernels), imported once; ``iris.ops`` finds its own kernels here too. Without
+    iris-mem-gluon, the gluon backend's ImportError names the package's extra to install."""
+    module = _KERNELS.get((package, backend))
     if module is not None:
         return module
     name = {"triton": "_triton_kernels", "gluon": "_gluon_kernels"}[backend]
     try:
-        module = _KERNELS[backend] = importlib.import_module(f"iris.ccl.{name}")
+        module = _KERNELS[package, backend] = importlib.import_module(f"{package}.{name}")
     except ImportError as e:
         if backend == "gluon" and "iris.mem.gluon" in str(e):
-            raise ImportError("the gluon backend needs iris-mem-gluon: pip install 'iris-ccl[gluon]'") from e
+            extra = package.replace(".", "-")
+            raise ImportError(f"the gluon backend needs iris-mem-gluon: pip install '{extra}[gluon]'") from e
         raise
     return module
 

@@ -14,12 +14,18 @@ from __future__ import annotations
 
 import iris.ccl as _ccl
 import iris.heap as _heap
+from iris.ccl.errors import (  # the collectives' errors, which the operations raise too
+    CollectiveAbandonedError,
+    CollectiveError,
+    CollectiveMismatchError,
+    CollectiveTimeoutError,
+)
 
 __version__ = "0.1.0"
 
 #: The ``heap.context`` layout (``iris.heap.CONTEXT_ABI_VERSION``) this code reads: the collectives'
-#: error codes and the protocol's (the same as iris.ccl's).
-CONTEXT_ABI_VERSION = 2
+#: error codes and the protocol's, which are iris.ccl's.
+CONTEXT_ABI_VERSION = _ccl.CONTEXT_ABI_VERSION
 
 # Before the submodules: they read the layout's names, which an older iris-heap lacks.
 _heap.context.check_version("iris-ops", __version__, CONTEXT_ABI_VERSION)
@@ -34,24 +40,17 @@ from .operations import (  # noqa: E402
     matmul_reduce_scatter,
 )
 
-#: The collectives' errors, which the operations raise too.
-CollectiveError = _ccl.CollectiveError
-CollectiveMismatchError = _ccl.CollectiveMismatchError
-CollectiveTimeoutError = _ccl.CollectiveTimeoutError
-CollectiveAbandonedError = _ccl.CollectiveAbandonedError
-
-__all__ = [
-    "BACKENDS",
-    "CONTEXT_ABI_VERSION",
-    "CollectiveAbandonedError",
-    "CollectiveError",
-    "CollectiveMismatchError",
-    "CollectiveTimeoutError",
-    "Config",
-    "all_gather_matmul",
-    "description",
-    "local_matmul",
-    "matmul_all_gather",
-    "matmul_all_reduce",
-    "matmul_reduce_scatter",
-]
+__all__ = sorted(
+    [
+        "BACKENDS",
+        "CONTEXT_ABI_VERSION",
+        "Config",
+        "all_gather_matmul",
+        "description",
+        "local_matmul",
+        "matmul_all_gather",
+        "matmul_all_reduce",
+        "matmul_reduce_scatter",
+        *_ccl.errors.__all__,
+    ]
+)

@@ -8,23 +8,18 @@ from __future__ import annotations
 
 import torch
 
-from iris.ccl.arguments import check_heap, check_op
+from iris.ccl.arguments import check_heap, check_op, check_strided
 
 from .description import MAX_K, MAX_N, MAX_ROWS
 
-__all__ = ["DTYPES", "check_heap", "check_op", "check_operands", "check_out", "output_like"]
+__all__ = ["DTYPES", "check_heap", "check_op", "check_operands", "check_out", "check_result", "output_like"]
 
 #: Input dtypes; fp16 and bf16 accumulate in fp32.
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
 def _check_matrix(t, name: str, heap, dims: int = 2) -> None:
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.device != heap.device:
-        raise ValueError(f"{name} is on {t.device}, but the heap (rank {heap.rank}) is on {heap.device}")
-    if t.layout != torch.strided:
-        raise TypeError(f"{name} is a {t.layout} tensor; the fused operations take strided tensors")
+    check_strided(t, name, heap, "the fused operations take strided tensors")
     if t.dim() != dims:
         what = "a matrix (2-D)" if dims == 2 else f"{dims}-D"
         raise ValueError(f"{name} must be {what}, got shape {tuple(t.shape)}")
@@ -60,10 +55,7 @@ def check_out(name: str, out, shape: tuple[int, ...], a: torch.Tensor, heap, *in
     if out is None:
         return output_like(shape, a)
     _check_matrix(out, "out", heap, len(shape))
-    if tuple(out.shape) != shape:
-        raise ValueError(f"{name}: out must have shape {shape}, got {tuple(out.shape)}")
-    if out.dtype != a.dtype:
-        raise TypeError(f"{name}: out must have the inputs' dtype {a.dtype}, got {out.dtype}")
+    check_result(name, out, shape, a.dtype)
     if out.numel() and not _non_overlapping(out):
         raise ValueError(
             f"{name}: out's elements overlap in memory (shape {tuple(out.shape)}, strides {out.stride()}); "
@@ -73,6 +65,14 @@ def check_out(name: str, out, shape: tuple[int, ...], a: torch.Tensor, heap, *in
         if _overlap(out, t):
             raise ValueError(f"{name}: out and {what} overlap in memory; the result needs a tensor of its own")
     return out
+
+
+def check_result(name: str, out: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype) -> None:
+    """That ``out`` has the result's ``shape`` and ``dtype`` (the inputs')."""
+    if tuple(out.shape) != shape:
+        raise ValueError(f"{name}: out must have shape {shape}, got {tuple(out.shape)}")
+    if out.dtype != dtype:
+        raise TypeError(f"{name}: out must have the inputs' dtype {dtype}, got {out.dtype}")
 
 
 def _non_overlapping(t: torch.Tensor) -> bool:

@@ -29,7 +29,7 @@ from iris.ccl.arguments import check_heap
 from iris.ccl.custom_ops import ConfigArgs, heap_handle, heap_of
 
 from . import operations
-from .arguments import check_op, check_operands, output_like
+from .arguments import check_op, check_operands, check_result, output_like
 from .config import DEFAULT, Config
 
 __all__ = ["all_gather_matmul", "matmul_all_gather", "matmul_all_reduce", "matmul_reduce_scatter"]
@@ -146,10 +146,7 @@ def _into(name: str, out, result):
     """``out``, holding ``result`` (checked as eager code checks ``out``)."""
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
-    if out.shape != result.shape:
-        raise ValueError(f"{name}: out must have shape {tuple(result.shape)}, got {tuple(out.shape)}")
-    if out.dtype != result.dtype:
-        raise TypeError(f"{name}: out must have the inputs' dtype {result.dtype}, got {out.dtype}")
+    check_result(name, out, tuple(result.shape), result.dtype)
     if out.device != result.device:
         raise ValueError(f"out is on {out.device}, but the operands are on {result.device}")
     return out.copy_(result)

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import contextvars
 import functools
-import importlib
 import weakref
 
 import torch
 
 import iris.ccl as ccl
 from iris.ccl import _internals
-from iris.ccl.call import Call
+from iris.ccl.call import Call, kernels_of
 
 from . import custom_ops, description
 from .arguments import check_heap, check_op, check_operands, check_out, output_like
@@ -31,7 +30,6 @@ from .config import Config, resolve
 
 __all__ = ["all_gather_matmul", "local_matmul", "matmul_all_gather", "matmul_all_reduce", "matmul_reduce_scatter"]
 
-_KERNELS: dict = {}  # backend -> its kernel module, once imported
 #: Alignment of the partials in the exchange buffer, after its flags.
 _PARTIALS_ALIGN = 256
 #: Programs of a launch on CPU ranks (the interpreter runs them one after another): two still check
@@ -45,15 +43,7 @@ _compiling = torch.compiler.is_dynamo_compiling
 
 
 def _kernels(backend: str):
-    module = _KERNELS.get(backend)
-    if module is None:
-        try:
-            module = _KERNELS[backend] = importlib.import_module(f"iris.ops._{backend}_kernels")
-        except ImportError as e:
-            if backend == "gluon" and "iris.mem.gluon" in str(e):
-                raise ImportError("the gluon backend needs iris-mem-gluon: pip install 'iris-ops[gluon]'") from e
-            raise
-    return module
+    return kernels_of(backend, "iris.ops")
 
 
 @functools.cache

@@ -54,16 +54,8 @@ class Context:
         return ops.translate(ptr, self.rank, to_rank, self.heap_bases, hint)
 
     @gluon.jit
-    def load(
-        self,
-        ptr,
-        from_rank,
-        mask=None,
-        other=None,
-        cache_modifier: gl.constexpr = None,
-        volatile: gl.constexpr = False,
-        hint: gl.constexpr = None,
-    ):
+    def load(self, ptr, from_rank, mask=None, other=None, cache_modifier: gl.constexpr = None,
+             volatile: gl.constexpr = False, hint: gl.constexpr = None):  # fmt: skip
         """Read ``from_rank``'s copy of ``ptr``."""
         return ops.load(ptr, self.rank, from_rank, self.heap_bases, mask, other, cache_modifier, volatile, hint)
 

@@ -36,17 +36,8 @@ def translate(ptr, cur_rank, to_rank, heap_bases, hint: tl.constexpr = None):
 
 
 @triton.jit
-def load(
-    ptr,
-    cur_rank,
-    from_rank,
-    heap_bases,
-    mask=None,
-    other=None,
-    cache_modifier: tl.constexpr = None,
-    volatile: tl.constexpr = False,
-    hint: tl.constexpr = None,
-):
+def load(ptr, cur_rank, from_rank, heap_bases, mask=None, other=None, cache_modifier: tl.constexpr = None,
+         volatile: tl.constexpr = False, hint: tl.constexpr = None):  # fmt: skip
     """Read ``from_rank``'s copy of ``ptr``: ``tl.load`` semantics for ``mask``/``other``/``cache_modifier``/``volatile``."""
     src = translate(ptr, cur_rank, from_rank, heap_bases, hint)
     return tl.load(src, mask=mask, other=other, cache_modifier=cache_modifier, volatile=volatile)

@@ -53,16 +53,8 @@ class Context:
         return ops.translate(ptr, self.rank, to_rank, self.heap_bases, hint)
 
     @triton.jit
-    def load(
-        self,
-        ptr,
-        from_rank,
-        mask=None,
-        other=None,
-        cache_modifier: tl.constexpr = None,
-        volatile: tl.constexpr = False,
-        hint: tl.constexpr = None,
-    ):
+    def load(self, ptr, from_rank, mask=None, other=None, cache_modifier: tl.constexpr = None,
+             volatile: tl.constexpr = False, hint: tl.constexpr = None):  # fmt: skip
         """Read ``from_rank``'s copy of ``ptr``."""
         return ops.load(ptr, self.rank, from_rank, self.heap_bases, mask, other, cache_modifier, volatile, hint)
 

@@ -18,7 +18,7 @@ import torch
 
 import iris.heap
 from iris.heap import RankFailedError
-from iris.heap.transport import shm
+from iris.heap.transport import fds, shm
 from iris.heap.transport.shm import ShmTransport
 from iris.testing.world import World, run
 
@@ -99,8 +99,8 @@ def _die_at(stage: str, sig, world_size: int, seed: int) -> None:
         create = ShmTransport._create
         ShmTransport._create = staticmethod(lambda *a: (create(*a), _die(sig)))
     elif stage == "exchanging":  # one peer has its descriptor, the others do not
-        serve = ShmTransport._serve
-        ShmTransport._serve = lambda *a: (serve(*a), _die(sig))
+        serve = fds._Exchange._serve
+        fds._Exchange._serve = lambda *a: (serve(*a), _die(sig))
     elif stage == "mapped":  # it has mapped every peer's heap; the others wait for its status
         mapped = []
         map_ = ShmTransport._map
@@ -197,18 +197,18 @@ def test_a_rank_killed_during_init_leaves_nothing_and_the_others_raise(preloaded
 
 def _stuck_peer(rank, world_size):
     """Rank 1 stalls before its exchange; rank 0, with a short bound, gives up: both report what they raised."""
-    timeout, exchange = shm.EXCHANGE_TIMEOUT, ShmTransport._exchange
+    timeout, exchange = fds.EXCHANGE_TIMEOUT, fds.exchange
     if rank == 0:
-        shm.EXCHANGE_TIMEOUT = 1.0
+        fds.EXCHANGE_TIMEOUT = 1.0
     else:
-        ShmTransport._exchange = lambda *a: (time.sleep(3.0), exchange(*a))[1]
+        fds.exchange = lambda *a, **k: (time.sleep(3.0), exchange(*a, **k))[1]
     start = time.monotonic()
     try:
         iris.heap.init(1 << 20)
     except iris.heap.HeapError as e:
         return str(e), time.monotonic() - start
     finally:
-        shm.EXCHANGE_TIMEOUT, ShmTransport._exchange = timeout, exchange
+        fds.EXCHANGE_TIMEOUT, fds.exchange = timeout, exchange
     return "returned", time.monotonic() - start
 
 

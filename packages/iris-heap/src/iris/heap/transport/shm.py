@@ -20,12 +20,10 @@ page until the OOM killer stepped in. So the size is first checked against the m
 can still give (``MemAvailable`` + ``SwapFree``, and the room under this process's cgroup limits).
 The file is sealed against shrinking, so no peer can truncate it under our mapping.
 
-Abstract socket names are not secret (``/proc/net/unix`` lists them), so a descriptor goes only
-to a process of our own user and comes only from one (``SO_PEERCRED``): the user is the boundary,
-as it was for the mode-0600 files this replaces. The exchange is bounded by
-``EXCHANGE_TIMEOUT`` (a peer that dies closes its sockets, which its peers see at once; the bound
-is for a peer that is alive but stuck), and every step that can fail on one rank is followed by a
-status exchange (``exchange_or_raise``), so all ranks fail together instead of one hanging.
+The descriptors go between ranks as :mod:`.fds` hands them: only between processes of one user
+(``SO_PEERCRED``), within ``EXCHANGE_TIMEOUT``, and every step that can fail on one rank is
+followed by a status exchange (``exchange_or_raise``), so all ranks fail together instead of one
+hanging.
 """
 
 from __future__ import annotations
@@ -35,26 +33,16 @@ import ctypes
 import fcntl
 import mmap
 import os
-import secrets
-import selectors
-import socket
-import struct
-import time
 
 import torch
 
-from ..errors import HeapError, HeapExhaustedError
+from ..errors import HeapExhaustedError
 from ..log import get_logger
+from . import fds
 from .base import Transport, exchange_or_raise
+from .fds import EXCHANGE_TIMEOUT
 
 __all__ = ["ShmTransport", "EXCHANGE_TIMEOUT"]
-
-#: Seconds the descriptor exchange may take on one rank. Peers that got past the name exchange
-#: finish it in milliseconds; a peer that dies ends it at once; this bounds a peer that is stuck.
-EXCHANGE_TIMEOUT = 30.0
-
-_HELLO = struct.Struct("<qq")  # sent with the descriptor: the sender's rank and heap size
-_UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 _logger = get_logger(__name__)
 
@@ -83,14 +71,19 @@ class ShmTransport(Transport):
                 cleanup.callback(os.close, fd)
                 local = self._map(fd, size)
                 if control.world_size > 1:
-                    listener = cleanup.enter_context(self._listen(control.world_size))
+                    listener = cleanup.enter_context(fds.listen(control.world_size))
             except BaseException as e:  # reported to every rank below
                 error = e
             name = listener.getsockname() if listener is not None else None
             names = exchange_or_raise(control, name, error, "creating the shared-memory heap")
             maps, error = [], None
             try:
-                peers = self._exchange(fd, listener, names, size, cleanup) if listener is not None else {}
+                peers = {}
+                if listener is not None:
+                    peers = fds.exchange(
+                        fd, listener, names, rank, [size] * len(names), cleanup,
+                        what="shared-memory heaps", one="sealed heap", valid=_sealed,
+                    )  # fmt: skip
                 for r in range(control.world_size):
                     maps.append(local if r == rank else self._map(peers[r], size))
             except BaseException as e:
@@ -142,115 +135,6 @@ class ShmTransport(Transport):
         # The mapping keeps its own duplicate of the descriptor; the caller closes ``fd``.
         return mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
 
-    @staticmethod
-    def _listen(world_size: int) -> socket.socket:
-        """A listening socket under an unguessable abstract name, with room for every peer's connection."""
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
-        try:
-            listener.bind(f"\0iris-heap-{secrets.token_hex(16)}")
-            listener.listen(world_size)
-            listener.setblocking(False)
-        except BaseException:
-            listener.close()
-            raise
-        _logger.debug("listening for %d peers on an abstract socket (no file)", world_size - 1)
-        return listener
-
-    def _exchange(self, fd: int, listener: socket.socket, names: list, size: int, cleanup) -> dict[int, int]:
-        """Hand our descriptor to every peer and take theirs: ``{rank: descriptor}``.
-
-        Every rank first connects to every peer's listener (the backlog holds the connection
-        until the peer accepts it), then serves its own connections and reads its peers' answers
-        in whatever order they come, so no order of arrival can deadlock. A peer that dies closes
-        its listener and, with it, the connections waiting there: the wait ends at once.
-        """
-        rank = self.control.rank
-        deadline = time.monotonic() + EXCHANGE_TIMEOUT
-        selector = cleanup.enter_context(selectors.DefaultSelector())
-        selector.register(listener, selectors.EVENT_READ)
-        for peer, name in enumerate(names):
-            if peer == rank:
-                continue
-            sock = cleanup.enter_context(socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC))
-            sock.settimeout(_left(deadline, rank, f"rank {peer} to accept a connection"))
-            try:
-                sock.connect(name)
-            except TimeoutError:
-                raise _timeout(rank, f"rank {peer} to accept a connection") from None
-            except OSError as e:
-                raise HeapError(
-                    f"rank {rank} could not connect to rank {peer}'s socket ({e.strerror}): rank {peer} "
-                    "exited or was killed during iris.heap.init"
-                ) from None
-            if _peer_uid(sock) != os.getuid():
-                raise HeapError(f"rank {rank}: rank {peer}'s socket is held by another user; not taking its heap")
-            sock.setblocking(False)
-            selector.register(sock, selectors.EVENT_READ, peer)
-        unserved, received = len(names) - 1, {}
-        while unserved or len(received) < len(names) - 1:
-            missing = sorted(set(range(len(names))) - set(received) - {rank})
-            waiting = f"heaps from ranks {missing}" if missing else f"{unserved} peers to connect"
-            _logger.debug("descriptor exchange: waiting for %s", waiting)
-            ready = selector.select(_left(deadline, rank, waiting))
-            if not ready:
-                raise _timeout(rank, waiting)
-            for key, _ in ready:
-                if key.data is None:  # a peer connecting to us
-                    unserved -= self._serve(listener, fd, size, deadline, cleanup)
-                    if not unserved:
-                        selector.unregister(listener)
-                else:
-                    received[key.data] = self._receive(key.fileobj, key.data, size, cleanup)
-                    selector.unregister(key.fileobj)
-        return received
-
-    def _serve(self, listener: socket.socket, fd: int, size: int, deadline: float, cleanup) -> int:
-        """Send our descriptor on a connection waiting at ``listener``; how many peers that served (0 or 1)."""
-        rank = self.control.rank
-        try:
-            conn, _ = listener.accept()
-        except BlockingIOError:  # the connection went away between select and accept
-            return 0
-        cleanup.enter_context(conn)
-        if _peer_uid(conn) != os.getuid():  # abstract names are visible to all: serve only our user
-            conn.close()
-            return 0
-        conn.settimeout(_left(deadline, rank, "a peer to take this rank's heap"))
-        try:
-            socket.send_fds(conn, [_HELLO.pack(rank, size)], [fd])
-        except TimeoutError:
-            raise _timeout(rank, "a peer to take this rank's heap") from None
-        except OSError as e:
-            raise HeapError(
-                f"rank {rank} could not send its heap to a peer ({e.strerror}): the peer exited or was killed "
-                "during iris.heap.init"
-            ) from None
-        return 1
-
-    def _receive(self, sock: socket.socket, peer: int, size: int, cleanup) -> int:
-        """Rank ``peer``'s descriptor, read from ``sock``, checked to be a sealed heap of ``size`` bytes."""
-        rank = self.control.rank
-        try:
-            msg, fds, flags, _ = socket.recv_fds(sock, _HELLO.size, 1, socket.MSG_CMSG_CLOEXEC)
-        except OSError as e:
-            msg, fds, flags = b"", [], 0
-            reason = e.strerror
-        else:
-            reason = "the connection closed"
-        for received in fds:
-            cleanup.callback(os.close, received)
-        if not msg:
-            raise HeapError(
-                f"rank {rank} did not get rank {peer}'s heap ({reason}): rank {peer} exited or was killed "
-                "during iris.heap.init"
-            )
-        if len(fds) != 1 or flags & socket.MSG_CTRUNC or msg != _HELLO.pack(peer, size) or not _sealed(fds[0], size):
-            raise HeapError(
-                f"rank {rank}: rank {peer}'s socket sent something other than its sealed {size}-byte heap; "
-                "another process may be using its socket name"
-            )
-        return fds[0]
-
     def view(self, rank, offset, nbytes, dtype, shape=None):
         owner = self._views[rank][offset : offset + nbytes]
         t = torch.frombuffer(owner, dtype=dtype)
@@ -261,26 +145,6 @@ class ShmTransport(Transport):
         self._views = []
         self._maps = []
         _logger.debug("dropped the heap's references to the %d shared-memory mappings", len(self.bases))
-
-
-def _left(deadline: float, rank: int, waiting: str) -> float:
-    left = deadline - time.monotonic()
-    if left <= 0:
-        raise _timeout(rank, waiting)
-    return left
-
-
-def _timeout(rank: int, waiting: str) -> HeapError:
-    return HeapError(
-        f"rank {rank} gave up exchanging shared-memory heaps after {EXCHANGE_TIMEOUT:g} s, still waiting for "
-        f"{waiting}. A peer is stuck (stopped, or far behind in iris.heap.init); check that every rank "
-        "calls iris.heap.init"
-    )
-
-
-def _peer_uid(sock: socket.socket) -> int:
-    _, uid, _ = _UCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))
-    return uid
 
 
 def _sealed(fd: int, size: int) -> bool:

@@ -11,13 +11,20 @@ from iris.heap import transport
 
 
 def test_the_registry_is_autos_order_and_every_row_names_its_class():
-    assert [name for name, _ in transport.REGISTRY] == ["cuda-ipc", "shm"]
+    assert [name for name, _ in transport.REGISTRY] == ["cuda-ipc", "cuda-vmm", "shm"]
     found = transport.available()
-    assert list(found) == ["cuda-ipc", "shm"] and all(cls.name == name for name, cls in found.items())
+    assert list(found) == ["cuda-ipc", "cuda-vmm", "shm"] and all(cls.name == name for name, cls in found.items())
     assert transport.select("auto", torch.device("cpu")) is found["shm"]
     assert transport.select("auto", torch.device("cuda", 0)) is found["cuda-ipc"]
-    with pytest.raises(ValueError, match="serves cuda devices, not cpu"):
-        transport.select("cuda-ipc", torch.device("cpu"))
+    for name in ("cuda-ipc", "cuda-vmm"):
+        with pytest.raises(ValueError, match="serves cuda devices, not cpu"):
+            transport.select(name, torch.device("cpu"))
+
+
+def test_cuda_vmm_is_chosen_by_name_only_until_a_gpu_has_verified_it():
+    found = transport.available()
+    assert transport.select("cuda-vmm", torch.device("cuda", 0)) is found["cuda-vmm"]
+    assert found["cuda-vmm"].device_types == ("cuda",)
 
 
 def _names_its_transport(rank, world_size):

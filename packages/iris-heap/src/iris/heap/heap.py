@@ -88,8 +88,8 @@ def init(size: int = 1 << 30, *, device=None, group=None, transport: str = "auto
     ``size`` is the bytes of each rank's heap (the same on every rank). The heap joins
     torch.distributed from torchrun's environment when no group exists yet; a lone process is
     world size 1. ``device`` defaults to ``cuda:(local_rank % device_count)`` when CUDA is
-    available (``IRIS_DEVICE=cpu`` forces CPU); ``transport`` is ``"auto"``, ``"shm"`` or
-    ``"cuda-ipc"``.
+    available (``IRIS_DEVICE=cpu`` forces CPU); ``transport`` is ``"auto"``, ``"shm"``,
+    ``"cuda-ipc"`` or ``"cuda-vmm"`` (``iris.heap.transport.REGISTRY``).
     """
     return SymmetricHeap(size, device=device, group=group, transport=transport)
 
@@ -269,7 +269,8 @@ class SymmetricHeap(TensorFactories):
 
     @property
     def transport_name(self) -> str:
-        """The transport's name: ``"shm"`` (CPU ranks) or ``"cuda-ipc"`` (what ``init(transport=...)`` takes)."""
+        """The transport's name: ``"shm"`` (CPU ranks), ``"cuda-ipc"`` or ``"cuda-vmm"`` (what
+        ``init(transport=...)`` takes)."""
         return self._transport.name
 
     @property

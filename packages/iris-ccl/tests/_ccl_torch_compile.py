@@ -10,12 +10,12 @@ from __future__ import annotations
 
 
 import torch
-import torch._dynamo  # explain
 
 import iris.ccl as ccl
 import iris.heap
 from iris.ccl import custom_ops
 from iris.testing import refusing
+from iris.testing.compiled import one_graph, same_bits
 
 #: The ``torch.ops.iris`` calls ``collectives`` makes (one per collective, the barrier included).
 CALLS = 8
@@ -42,11 +42,6 @@ def _inputs(heap, rank: int, w: int) -> dict:
 def _copies(tensors: dict, heap) -> dict:
     """Fresh tensors with ``tensors``' values, each on the heap where its original is."""
     return {k: heap.as_symmetric(t.clone()) if heap.is_symmetric(t) else t.clone() for k, t in tensors.items()}
-
-
-def _same(got, want, what: str) -> None:
-    assert got.dtype == want.dtype and got.shape == want.shape, (what, got.dtype, got.shape, want.shape)
-    assert torch.equal(got, want), f"{what}: compiled and eager differ (max |diff| {(got - want).abs().max().item()})"
 
 
 def _no_custom_ops():
@@ -84,14 +79,11 @@ def compiled_collectives_match_eager(rank, world_size, backend):
         args = _copies(inputs, heap)
         results = compiled(**args)
         for i, (got, want) in enumerate(zip(results, eager)):
-            _same(got, want, f"{attempt}: result {i}")
+            same_bits(got, want, f"{attempt}: result {i}")
         for name, t in args.items():
-            _same(t, eager_args[name], f"{attempt}: {name}")
+            same_bits(t, eager_args[name], f"{attempt}: {name}")
 
-    explained = torch._dynamo.explain(collectives)(**_copies(inputs, heap))
-    assert explained.graph_break_count == 0, explained.break_reasons
-    code = "".join(g.code for g in explained.graphs)
-    assert code.count("torch.ops.iris.") == CALLS, code
+    breaks = one_graph(collectives, **_copies(inputs, heap), calls=CALLS)
     heap.barrier()
     heap.check_device_errors()
-    return explained.graph_break_count
+    return breaks

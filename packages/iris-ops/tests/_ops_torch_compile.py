@@ -9,12 +9,12 @@ from __future__ import annotations
 
 
 import torch
-import torch._dynamo  # explain
 
 import iris.heap
 import iris.ops as ops
 from iris.ops import custom_ops
 from iris.testing import refusing
+from iris.testing.compiled import one_graph, same_bits
 
 #: The ``torch.ops.iris`` calls ``fused`` makes (one per operation).
 CALLS = 6
@@ -25,11 +25,6 @@ M, K, N = 6, 20, 12
 def _no_custom_ops():
     """Any call of the fused operations' op path fails: eager calls must never take it."""
     return refusing(custom_ops, custom_ops.__all__, "an eager fused operation went through its torch.library op")
-
-
-def _same(got, want, what: str) -> None:
-    assert got.dtype == want.dtype and got.shape == want.shape, (what, got.dtype, got.shape, want.shape)
-    assert torch.equal(got, want), f"{what}: compiled and eager differ (max |diff| {(got - want).abs().max().item()})"
 
 
 def compiled_operations_match_eager(rank, world_size, backend, dtype):
@@ -64,16 +59,13 @@ def compiled_operations_match_eager(rank, world_size, backend, dtype):
         out.zero_()
         results = compiled(a, b, rows, out)
         for i, (got, want) in enumerate(zip(results, eager)):
-            _same(got, want, f"{attempt}: result {i}")
-        _same(out, eager_out, f"{attempt}: out")
+            same_bits(got, want, f"{attempt}: result {i}")
+        same_bits(out, eager_out, f"{attempt}: out")
 
-    explained = torch._dynamo.explain(fused)(a, b, rows, out)
-    assert explained.graph_break_count == 0, explained.break_reasons
-    code = "".join(gr.code for gr in explained.graphs)
-    assert code.count("torch.ops.iris.") == CALLS, code
+    breaks = one_graph(fused, a, b, rows, out, calls=CALLS)
     heap.barrier()
     heap.check_device_errors()
-    return explained.graph_break_count
+    return breaks
 
 
 def compiled_mlp_block_matches_eager(rank, world_size, backend, dtype):
@@ -105,12 +97,11 @@ def compiled_mlp_block_matches_eager(rank, world_size, backend, dtype):
         for attempt in ("compiling call", "cached graph"):
             got = compiled(x, up, down)
             if compiler == "aot_eager":
-                _same(got, eager, f"{compiler}, {attempt}")
+                same_bits(got, eager, f"{compiler}, {attempt}")
             else:
                 tol = 1e-5 if dtype == torch.float32 else 3e-2
                 torch.testing.assert_close(got, eager, rtol=tol, atol=tol, msg=lambda m: f"{compiler}, {attempt}: {m}")
-    explained = torch._dynamo.explain(block)(x, up, down)
-    assert explained.graph_break_count == 0, explained.break_reasons
+    one_graph(block, x, up, down, calls=2)  # all_gather_matmul, matmul_reduce_scatter
     heap.barrier()
     heap.check_device_errors()
     return len(compilers)

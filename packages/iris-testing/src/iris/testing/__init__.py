@@ -11,6 +11,7 @@ depends on it at run time.
 - :mod:`iris.testing.world`, the multi-rank test runner (``World``, ``WorldPool``, ``run``): spawned
   ranks with a gloo group, kept between calls, failures re-raised with their rank;
 - :mod:`iris.testing.processes`, ranks as plain processes for tests in which one dies;
+- :mod:`iris.testing.compiled`, torch.compile checks (bits against eager, one graph);
 - :func:`refusing`, functions of a module replaced by ones that fail while a block runs.
 """
 

@@ -24,6 +24,7 @@ def _shares_one_gpu(rank, world_size):
     sync(heap)
     for r in range(world_size):
         assert torch.equal(heap.peer(x, r), torch.full_like(x, float(r))), f"rank {rank} reads rank {r}'s heap"
+    sync(heap)  # every rank has read every heap before any rank writes a peer's
     heap.peer(x, (rank + 1) % world_size).add_(100)  # written by the previous rank, read here
     sync(heap)
     assert torch.equal(x, torch.full_like(x, float(rank) + 100))
@@ -62,15 +63,19 @@ def _mapped(base: int) -> bool:
 def _close_unmaps(rank, world_size):
     heap = _heap()
     x = heap.ones(10)
+    other = (rank + 1) % world_size
+    y = heap.peer(x, other)  # keeps the next rank's mapping in this process
     bases = heap.heap_bases.tolist()
     assert all(_mapped(b) for b in bases)
     heap.close()
-    assert all(_mapped(b) for b in bases), "a tensor kept past close still has its memory"
+    kept = {rank: bases[rank], other: bases[other]}
+    assert all(_mapped(b) for b in kept.values()), "a tensor kept past close still has its memory"
+    assert not any(_mapped(b) for r, b in enumerate(bases) if r not in kept), "close unmaps what no tensor holds"
     assert torch.equal(x, torch.ones_like(x))
-    del x, heap
+    del x, y, heap
     gc.collect()
     torch.cuda.synchronize()
     assert not any(_mapped(b) for b in bases), "every rank's mapping goes with the closed heap's last tensor"
 
 
-test_cuda_vmm_close_unmaps_once_the_last_tensor_is_gone = on_ranks(_close_unmaps, [1, 2])
+test_cuda_vmm_close_unmaps_once_the_last_tensor_is_gone = on_ranks(_close_unmaps, [1, 2, 3])

@@ -127,12 +127,8 @@ class CudaVmmTransport(CudaTransport):
                 offers = exchange_or_raise(control, offer, error, "creating the CUDA VMM heap")
                 maps, error = [], None
                 try:
-                    peers = {}
-                    if listener is not None:
-                        peers = fds.exchange(
-                            fd, listener, [o[0] for o in offers], rank, [o[1] for o in offers], cleanup,
-                            what="CUDA VMM heaps", one="CUDA allocation",
-                        )  # fmt: skip
+                    peers = fds.exchange(fd, listener, [o[0] for o in offers], rank, [o[1] for o in offers], cleanup,
+                                         what="CUDA VMM heaps", one="CUDA allocation")  # fmt: skip
                     for r, (_, peer_size, peer_granule) in enumerate(offers):
                         if r == rank:
                             maps.append(made[0])  # this rank's own, mapped by _create

@@ -58,7 +58,7 @@ def listen(world_size: int) -> socket.socket:
 
 def exchange(
     fd: int,
-    listener: socket.socket,
+    listener: socket.socket | None,
     names: Sequence,
     rank: int,
     sizes: Sequence[int],
@@ -68,7 +68,8 @@ def exchange(
     one: str,
     valid: Callable[[int, int], bool] | None = None,
 ) -> dict[int, int]:
-    """Hand ``fd`` to every peer and take theirs: ``{rank: descriptor}``.
+    """Hand ``fd`` to every peer and take theirs: ``{rank: descriptor}`` (``{}`` without a
+    ``listener``: a rank alone, which ``listen`` was not asked for).
 
     ``names[r]`` is rank r's listener's name (``listen``), ``sizes[r]`` the size of the region
     rank r sends (sent and checked in the hello). ``what`` names the regions in errors
@@ -81,6 +82,8 @@ def exchange(
     whatever order they come, so no order of arrival can deadlock. A peer that dies closes its
     listener and, with it, the connections waiting there: the wait ends at once.
     """
+    if listener is None:
+        return {}
     return _Exchange(rank, what, one, cleanup).run(fd, listener, names, sizes, valid)
 
 

@@ -78,12 +78,8 @@ class ShmTransport(Transport):
             names = exchange_or_raise(control, name, error, "creating the shared-memory heap")
             maps, error = [], None
             try:
-                peers = {}
-                if listener is not None:
-                    peers = fds.exchange(
-                        fd, listener, names, rank, [size] * len(names), cleanup,
-                        what="shared-memory heaps", one="sealed heap", valid=_sealed,
-                    )  # fmt: skip
+                peers = fds.exchange(fd, listener, names, rank, [size] * len(names), cleanup,
+                                     what="shared-memory heaps", one="sealed heap", valid=_sealed)  # fmt: skip
                 for r in range(control.world_size):
                     maps.append(local if r == rank else self._map(peers[r], size))
             except BaseException as e:

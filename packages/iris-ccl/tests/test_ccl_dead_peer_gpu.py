@@ -1,10 +1,12 @@
-"""A peer killed during an all_reduce over a cuda-vmm heap (GPU only; skipped without CUDA).
+"""A peer killed during an all_reduce, on each CUDA transport (GPU only; skipped without CUDA).
 
-The cuda-vmm transport exists for this table: with a cudaMalloc heap shared by CUDA IPC, under MPS,
-a survivor whose kernel touched a SIGKILLed peer's memory got "illegal memory access" and lost its
-CUDA context. With cuda-vmm every rank maps every heap itself, so a peer's death frees nothing the
-survivor reaches: rank 0's call must end as a clean timeout within the bound, its CUDA context
-must still work, and a fresh process must still have the GPU.
+Rank 1 is SIGKILLed before it enters an all_reduce, or while its kernel waits in one; rank 0's
+call must end as a clean timeout within the bound (or complete, where rank 1's kernel outlived its
+process long enough to meet rank 0's), its CUDA context must still work, and a fresh process must
+still have the GPU. Measured on an H100: so on both transports without MPS; under MPS the
+survivor of the second case loses its context on both (docs/architecture.md, "The cuda-vmm
+transport"), which the test marks as an expected failure there, strictly: if it ever passes, the
+mark must go.
 """
 
 import os
@@ -27,13 +29,20 @@ HEAP_SIZE = 1 << 22
 TIMEOUT = 2.0  # heap.wait_timeout while rank 1 dies
 QUIET = 30.0  # heap.wait_timeout while nothing is meant to fail
 ALLOWANCE = 0.5  # seconds past 1.5x the bound for the launch and the host's view of the kernel's end
+DEAD = 1.0  # seconds between rank 1's SIGKILL and rank 0's call: entering at once, rank 0 met rank 1's
+#           still-running kernel and the call completed (H100, MPS), which is not the case under test
 
 
-def _killed(rank, world_size, moment: str):
+def _under_mps() -> bool:
+    """Whether CUDA processes started now join an MPS server (its control pipe exists)."""
+    return os.path.exists(os.path.join(os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps"), "control"))
+
+
+def _killed(rank, world_size, transport: str, moment: str):
     """Rank 1 is SIGKILLed ``"before entering"`` an all_reduce that rank 0 waits in, or ``"while
     waiting"`` in one (rank 0 sends the signal, then makes the call). Rank 0 reports what its call
     raised, how long it took, and what a torch op on its device gave afterwards."""
-    heap = iris.heap.init(HEAP_SIZE, transport="cuda-vmm")
+    heap = iris.heap.init(HEAP_SIZE, transport=transport)
     heap.wait_timeout = QUIET
     config = ccl.Config(blocking=True)
     x = heap.full((1024,), float(rank + 1))
@@ -52,8 +61,9 @@ def _killed(rank, world_size, moment: str):
         time.sleep(60)  # the signal ends this process before
         return "survived the signal"
     if moment == "while waiting":
-        time.sleep(0.3)
+        time.sleep(0.3)  # rank 1's kernel waits for this rank's
         os.kill(pids[1], signal.SIGKILL)
+        time.sleep(DEAD)  # rank 1's process and context gone before this rank enters
     report("start", time.monotonic())
     start = time.monotonic()
     try:
@@ -68,8 +78,11 @@ def _killed(rank, world_size, moment: str):
 
 
 @pytest.mark.parametrize("moment", ["before entering", "while waiting"], ids=lambda m: m.replace(" ", "-"))
-def test_a_peer_killed_in_an_all_reduce_leaves_the_survivor_a_timeout_and_a_working_context(moment):
-    outcome = spawn(_killed, 2, moment, timeout=120.0)
+@pytest.mark.parametrize("transport", ["cuda-ipc", "cuda-vmm"])
+def test_a_peer_killed_in_an_all_reduce_leaves_the_survivor_a_timeout_and_a_working_context(transport, moment, request):
+    if moment == "while waiting" and _under_mps():
+        request.applymarker(pytest.mark.xfail(strict=True, reason="under MPS the survivor loses its CUDA context"))
+    outcome = spawn(_killed, 2, transport, moment, timeout=120.0)
     assert outcome["exitcodes"][1] == -signal.SIGKILL, outcome
     assert outcome["exitcodes"][0] == 0, outcome
     res = outcome["reports"][0].get("result")

@@ -4,8 +4,10 @@ A transport is one module in this package that defines a :class:`Transport` subc
 it ``TRANSPORT``, and one row of :data:`REGISTRY`. The registry's order is ``"auto"``'s: for a
 device, the first transport that serves its type (``Transport.device_types``). Today that is
 ``cuda-ipc`` for CUDA devices and ``shm`` for CPU ones; a transport that should win over another
-on the same device type goes above it. ``cuda-vmm`` (a heap that outlives a dead peer) sits below
-``cuda-ipc`` until a GPU run has verified it, so it is chosen only by name. Modules are imported
+on the same device type goes above it. ``cuda-vmm`` (heaps mapped by every rank through CUDA's
+virtual memory API) sits below ``cuda-ipc``, so it is chosen only by name: it costs a descriptor
+exchange and has not gained anything measured (it did not keep a killed peer's survivor's
+context under MPS, which it was built for). Modules are imported
 when first asked for, so a transport's dependencies (cuda-bindings) load only where it is chosen
 or listed.
 """

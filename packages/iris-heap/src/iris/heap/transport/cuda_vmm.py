@@ -1,12 +1,13 @@
 """CUDA VMM transport: each rank's heap is a ``cuMemCreate`` allocation, passed to its peers as a
 descriptor and mapped with CUDA's virtual memory management API.
 
-Why: under MPS, a ``cudaMalloc`` heap shared through CUDA IPC handles dies with its owner. When a
-peer is SIGKILLed while a survivor's kernel reads the peer's heap, the survivor gets "illegal
-memory access" and loses its CUDA context (MPS frees the dead client's allocations while the
-survivor still maps them). Here physical memory is reference-counted by allocation handles,
-exported descriptors and mappings: a rank's heap lives while any rank maps it, so a peer's death
-frees nothing a survivor uses, and the survivor's collectives time out cleanly instead.
+Why: under MPS, a ``cudaMalloc`` heap shared through CUDA IPC handles belongs to its owner's
+process. Here physical memory is reference-counted by allocation handles, exported descriptors and
+mappings: a rank's heap lives while any rank maps it. That was meant to let a survivor's
+collectives time out cleanly on a SIGKILLed peer under MPS, where with cuda-ipc the survivor loses
+its CUDA context; measured on an H100, the survivor loses it on this transport too (the MPS
+teardown of a client with a resident kernel, not the freed memory, is the likelier cause:
+docs/architecture.md, "The cuda-vmm transport").
 
 How, on each rank: ``cuMemCreate`` (pinned device memory on this rank's device, exportable as a
 POSIX file descriptor, its size rounded up to the allocation granularity and to
@@ -20,8 +21,8 @@ mapping alone holds a heap: it is unmapped, and its address range freed, when th
 and the last tensor over it is gone. A failure on one rank at any step releases everything made so
 far and fails every rank together (``exchange_or_raise``).
 
-Not yet ``"auto"``'s choice: it is registered after ``cuda-ipc`` until a GPU run has verified it
-(``transport="cuda-vmm"`` selects it); the order changes once it is. Needs a device that reports
+Not ``"auto"``'s choice: it is registered after ``cuda-ipc`` (``transport="cuda-vmm"`` selects
+it), since it costs a descriptor exchange and has not yet gained anything measured. Needs a device that reports
 ``CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED`` and
 ``CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED``, and ``cuda-bindings``
 (``pip install iris-heap[cuda]``).

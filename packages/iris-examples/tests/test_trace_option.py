@@ -141,11 +141,28 @@ def test_a_full_trace_buffer_drops_events_and_the_run_still_checks(tmp_path):
     done = run_cli("all-load", *SWEEP, "--ranks", "2", "--trace", str(path), "--trace-events", "3")
     assert done.returncode == 0, done.stderr
     assert "MISMATCH" not in done.stdout
-    dropped = 2 * (2 * 2 * SWEEP_CALLS - 3)  # per rank: 2 tiles x 2 peers x calls recorded, 3 kept
-    assert f"{dropped} dropped: raise --trace-events" in done.stdout
+    claimed = 2 * 2 * SWEEP_CALLS  # per rank: 2 tiles x 2 peers x calls recorded, 3 kept
+    dropped = 2 * (claimed - 3)
+    assert f"{dropped} dropped: pass --trace-events {1 << (claimed - 1).bit_length()}" in done.stdout
     trace, events = _events(path)
     assert trace["otherData"]["dropped_events"] == dropped
     assert [sum(e["pid"] == rank for e in events) for rank in (0, 1)] == [3, 3]
+
+
+def test_the_summary_reads_other_data_from_the_end_or_else_the_whole_file(tmp_path):
+    from iris.examples.harness import trace
+
+    other = {"world_size": 2, "dropped_events": 5, "ranks": [
+        {"events": 4, "incomplete": 1, "dropped": 5}, {"events": 10, "incomplete": 0, "dropped": 0}]}  # fmt: skip
+    last = tmp_path / "last.json"  # as export writes it: otherData last, after many events
+    last.write_text('{"traceEvents":[' + ",".join(['{"ph":"X","name":"a \\"}"}'] * 50_000) + ']'
+                    + ',"displayTimeUnit":"ns","otherData":' + json.dumps(other) + "}")  # fmt: skip
+    first = tmp_path / "first.json"  # any other order: the whole file is read
+    first.write_text(json.dumps({"otherData": other, "traceEvents": []}))
+    for path in (last, first):
+        line = trace.summary(str(path))
+        assert f"trace: {path} (14 events of 2 ranks, 5 dropped: pass --trace-events 16;" in line, line
+    assert "could not be read back" in trace.summary(str(tmp_path / "missing.json"))
 
 
 # -- compile-only for sm_90 (no GPU needed): the tracing is in the kernel with TRACE, gone without ---

@@ -106,15 +106,35 @@ def session(heap, args: argparse.Namespace):
 
 def summary(path: str) -> str:
     """One line about a written trace, for the CLI to print after the example's report."""
-    import json
-
     try:
-        with open(path) as f:
-            meta = json.load(f).get("otherData", {})
+        meta = _other_data(path)
     except (OSError, ValueError) as e:
         return f"trace: {path} could not be read back ({e})"
-    events = sum(r.get("events", 0) for r in meta.get("ranks", []))
+    ranks = meta.get("ranks", [])
+    events = sum(r.get("events", 0) for r in ranks)
     line = f"trace: {path} ({events} events of {meta.get('world_size', '?')} ranks"
     if meta.get("dropped_events"):
-        line += f", {meta['dropped_events']} dropped: raise --trace-events"
+        claimed = max(r.get("events", 0) + r.get("incomplete", 0) + r.get("dropped", 0) for r in ranks)
+        line += f", {meta['dropped_events']} dropped: pass --trace-events {1 << (claimed - 1).bit_length()}"
     return line + "; open it in https://ui.perfetto.dev or: python -m iris.examples trace-view FILE --png OUT)"
+
+
+_TAIL = 1 << 20  # otherData (a few hundred bytes a rank) is the last key ``export`` writes
+
+
+def _other_data(path: str) -> dict:
+    """The trace's ``otherData``, read from the file's end (``export`` writes it last), so that a
+    trace of millions of events is not parsed whole for one line; the whole file otherwise."""
+    import json
+
+    with open(path, "rb") as f:
+        f.seek(max(0, f.seek(0, 2) - _TAIL))
+        tail = f.read().decode("utf-8", errors="replace")
+    at = tail.rfind('"otherData":')
+    if at >= 0:
+        try:
+            return json.loads(tail[at + len('"otherData":') : tail.rstrip().rfind("}")])
+        except ValueError:
+            pass
+    with open(path) as f:
+        return json.load(f).get("otherData", {})

@@ -92,3 +92,14 @@ def test_traced_operations_record_their_phases(world, backend):
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_operations_replayed_from_a_cuda_graph_match_torch(world, backend, world_size):
     assert world.run(_ops_cases.cuda_graph, world_size, backend) == [True] * world_size
+
+
+def test_the_context_layout_and_the_errors_are_the_collectives():
+    """iris.ops declares its layout as a literal (tools/check_abi.py reads it from the source) and
+    re-exports the collectives' errors: both must stay iris.ccl's."""
+    import iris.ccl as ccl
+    import iris.ops as ops
+
+    assert ops.CONTEXT_ABI_VERSION == ccl.CONTEXT_ABI_VERSION
+    for name in ccl.errors.__all__:
+        assert name in ops.__all__ and getattr(ops, name) is getattr(ccl.errors, name), name

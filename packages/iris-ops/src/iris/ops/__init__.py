@@ -24,8 +24,9 @@ from iris.ccl.errors import (  # the collectives' errors, which the operations r
 __version__ = "0.1.0"
 
 #: The ``heap.context`` layout (``iris.heap.CONTEXT_ABI_VERSION``) this code reads: the collectives'
-#: error codes and the protocol's, which are iris.ccl's.
-CONTEXT_ABI_VERSION = _ccl.CONTEXT_ABI_VERSION
+#: error codes and the protocol's, which are iris.ccl's. A literal, as every layer's is:
+#: ``tools/check_abi.py`` reads it from the source and checks it against iris-heap's.
+CONTEXT_ABI_VERSION = 2
 
 # Before the submodules: they read the layout's names, which an older iris-heap lacks.
 _heap.context.check_version("iris-ops", __version__, CONTEXT_ABI_VERSION)
@@ -40,17 +41,18 @@ from .operations import (  # noqa: E402
     matmul_reduce_scatter,
 )
 
-__all__ = sorted(
-    [
-        "BACKENDS",
-        "CONTEXT_ABI_VERSION",
-        "Config",
-        "all_gather_matmul",
-        "description",
-        "local_matmul",
-        "matmul_all_gather",
-        "matmul_all_reduce",
-        "matmul_reduce_scatter",
-        *_ccl.errors.__all__,
-    ]
-)
+__all__ = [
+    "BACKENDS",
+    "CONTEXT_ABI_VERSION",
+    "CollectiveAbandonedError",
+    "CollectiveError",
+    "CollectiveMismatchError",
+    "CollectiveTimeoutError",
+    "Config",
+    "all_gather_matmul",
+    "description",
+    "local_matmul",
+    "matmul_all_gather",
+    "matmul_all_reduce",
+    "matmul_reduce_scatter",
+]

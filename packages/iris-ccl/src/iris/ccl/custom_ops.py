@@ -50,6 +50,7 @@ __all__ = [
     "all_to_all",
     "barrier",
     "broadcast",
+    "declare_op",
     "heap_handle",
     "heap_of",
     "reduce_scatter",
@@ -117,56 +118,58 @@ def _config(cls, values: tuple):
 
 
 _ARGS = ConfigArgs(Config, DEFAULT, "iris.ccl.Config")
-_config_of = _ARGS.config
 _values = _ARGS.values
 
 
 # -- the ops ------------------------------------------------------------------------------------------
 
-_CONFIG = _ARGS.schema
 
+def declare_op(name: str, params: str, config_args: ConfigArgs, eager, fake, returns: str = "()"):
+    """Register ``iris::<name>(<params>, int heap, <config_args.schema>) -> <returns>``; its implementation
+    calls the eager ``eager.<name>`` (looked up when the op runs: that module imports the one declaring
+    the op) with the ``params`` by name, ``heap=`` the handle's heap and ``config=`` the fields' config.
 
-@torch.library.custom_op("iris::all_reduce", mutates_args=("tensor",),
-                         schema=f"(Tensor(a!) tensor, str op, int heap, {_CONFIG}) -> ()")  # fmt: skip
-def _all_reduce_impl(tensor, op, heap, *config) -> None:
-    collectives.all_reduce(tensor, op, heap=heap_of(heap), config=_config_of(config))
+    A ``Tensor(a!)`` parameter is declared mutated. ``returns``: ``"()"`` (the eager call's result is the
+    tensor it wrote: dropped), ``"Tensor"``, or ``"Tensor[]"`` (its tuple, or its one tensor, as a list).
+    ``fake``: the fake implementation, given the op's arguments. Used by iris.ops' fused operations too.
+    """
+    typed = [p.split() for p in params.split(",") if p.strip()]  # [type, name] each
+    names = [n for _, n in typed]
+    mutated = tuple(n for t, n in typed if t.endswith("(a!)"))
+    k = len(names)
 
+    def implementation(*args):
+        result = getattr(eager, name)(**dict(zip(names, args)), heap=heap_of(args[k]),
+                                      config=config_args.config(args[k + 1:]))  # fmt: skip
+        if returns == "()":
+            return None
+        if returns == "Tensor[]":
+            return list(result) if isinstance(result, tuple) else [result]
+        return result
 
-@torch.library.custom_op("iris::all_gather", mutates_args=("out",),
-                         schema=f"(Tensor(a!) out, Tensor inp, int heap, {_CONFIG}) -> ()")  # fmt: skip
-def _all_gather_impl(out, inp, heap, *config) -> None:
-    collectives.all_gather(out, inp, heap=heap_of(heap), config=_config_of(config))
-
-
-@torch.library.custom_op("iris::reduce_scatter", mutates_args=("out",),
-                         schema=f"(Tensor(a!) out, Tensor inp, str op, int heap, {_CONFIG}) -> ()")  # fmt: skip
-def _reduce_scatter_impl(out, inp, op, heap, *config) -> None:
-    collectives.reduce_scatter(out, inp, op, heap=heap_of(heap), config=_config_of(config))
-
-
-@torch.library.custom_op("iris::all_to_all", mutates_args=("out",),
-                         schema=f"(Tensor(a!) out, Tensor inp, int heap, {_CONFIG}) -> ()")  # fmt: skip
-def _all_to_all_impl(out, inp, heap, *config) -> None:
-    collectives.all_to_all(out, inp, heap=heap_of(heap), config=_config_of(config))
-
-
-@torch.library.custom_op("iris::broadcast", mutates_args=("tensor",),
-                         schema=f"(Tensor(a!) tensor, int src, int heap, {_CONFIG}) -> ()")  # fmt: skip
-def _broadcast_impl(tensor, src, heap, *config) -> None:
-    collectives.broadcast(tensor, src, heap=heap_of(heap), config=_config_of(config))
-
-
-@torch.library.custom_op("iris::barrier", mutates_args=(), schema=f"(int heap, {_CONFIG}) -> ()")
-def _barrier_impl(heap, *config) -> None:
-    collectives.barrier(heap=heap_of(heap), config=_config_of(config))
+    schema = f"({params}{', ' if params else ''}int heap, {config_args.schema}) -> {returns}"
+    op = torch.library.custom_op(f"iris::{name}", implementation, mutates_args=mutated, schema=schema)
+    op.register_fake(fake)
+    return op
 
 
 def _writes_in_place(*args) -> None:
     """The fake implementation of every collective: the tensors it writes exist already."""
 
 
-for _op in (_all_reduce_impl, _all_gather_impl, _reduce_scatter_impl, _all_to_all_impl, _broadcast_impl, _barrier_impl):
-    _op.register_fake(_writes_in_place)
+#: Each collective's op: the parameters before ``int heap`` and the config's fields, named as the
+#: eager function's; ``Tensor(a!)``: the tensor it writes.
+_COLLECTIVES = {
+    "all_reduce": "Tensor(a!) tensor, str op",
+    "all_gather": "Tensor(a!) out, Tensor inp",
+    "reduce_scatter": "Tensor(a!) out, Tensor inp, str op",
+    "all_to_all": "Tensor(a!) out, Tensor inp",
+    "broadcast": "Tensor(a!) tensor, int src",
+    "barrier": "",
+}
+
+for _name, _params in _COLLECTIVES.items():
+    declare_op(_name, _params, _ARGS, collectives, _writes_in_place)
 _OPS = torch.ops.iris
 torch.fx.node.has_side_effect(torch.ops.iris.barrier.default)  # no tensor shows its effect: keep it in graphs
 

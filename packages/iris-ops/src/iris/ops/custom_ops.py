@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 
 from iris.ccl.arguments import check_heap
-from iris.ccl.custom_ops import ConfigArgs, heap_handle, heap_of
+from iris.ccl.custom_ops import ConfigArgs, declare_op, heap_handle, heap_of
 
 from . import operations
 from .arguments import check_op, check_operands, check_result, output_like
@@ -35,48 +35,23 @@ from .config import DEFAULT, Config
 __all__ = ["all_gather_matmul", "matmul_all_gather", "matmul_all_reduce", "matmul_reduce_scatter"]
 
 _ARGS = ConfigArgs(Config, DEFAULT, "iris.ops.Config")
-_CONFIG = _ARGS.schema
-_config_of = _ARGS.config
 _values = _ARGS.values
 
 
-# -- the ops ------------------------------------------------------------------------------------------
+# -- the ops' fake implementations: the result's shape, after the operation's own checks ------------
 
 
-@torch.library.custom_op("iris::all_gather_matmul", mutates_args=(),
-                         schema=f"(Tensor a, Tensor b, bool return_gathered, int heap, {_CONFIG}) -> Tensor[]")  # fmt: skip
-def _all_gather_matmul_impl(a, b, return_gathered, heap, *config) -> list[torch.Tensor]:
-    result = operations.all_gather_matmul(a, b, return_gathered=return_gathered, heap=heap_of(heap),
-                                          config=_config_of(config))  # fmt: skip
-    return list(result) if return_gathered else [result]
-
-
-@_all_gather_matmul_impl.register_fake
-def _(a, b, return_gathered, heap, *config):
+def _all_gather_matmul_fake(a, b, return_gathered, heap, *config):
     w = _world_size("all_gather_matmul", a, b, heap)
     c = output_like((w * a.shape[0], b.shape[1]), a)
     return [output_like((w * a.shape[0], a.shape[1]), a), c] if return_gathered else [c]
 
 
-@torch.library.custom_op("iris::matmul_all_gather", mutates_args=(),
-                         schema=f"(Tensor a, Tensor b, int heap, {_CONFIG}) -> Tensor")  # fmt: skip
-def _matmul_all_gather_impl(a, b, heap, *config) -> torch.Tensor:
-    return operations.matmul_all_gather(a, b, heap=heap_of(heap), config=_config_of(config))
-
-
-@_matmul_all_gather_impl.register_fake
-def _(a, b, heap, *config):
+def _matmul_all_gather_fake(a, b, heap, *config):
     return output_like((a.shape[0], _world_size("matmul_all_gather", a, b, heap) * b.shape[1]), a)
 
 
-@torch.library.custom_op("iris::matmul_reduce_scatter", mutates_args=(),
-                         schema=f"(Tensor a, Tensor b, str op, int heap, {_CONFIG}) -> Tensor")  # fmt: skip
-def _matmul_reduce_scatter_impl(a, b, op, heap, *config) -> torch.Tensor:
-    return operations.matmul_reduce_scatter(a, b, op, heap=heap_of(heap), config=_config_of(config))
-
-
-@_matmul_reduce_scatter_impl.register_fake
-def _(a, b, op, heap, *config):
+def _matmul_reduce_scatter_fake(a, b, op, heap, *config):
     name = "matmul_reduce_scatter"
     w = _world_size(name, a, b, heap)
     check_op(op, a.dtype)
@@ -87,14 +62,7 @@ def _(a, b, op, heap, *config):
     return output_like((a.shape[0] // w, b.shape[1]), a)
 
 
-@torch.library.custom_op("iris::matmul_all_reduce", mutates_args=(),
-                         schema=f"(Tensor a, Tensor b, str op, int heap, {_CONFIG}) -> Tensor")  # fmt: skip
-def _matmul_all_reduce_impl(a, b, op, heap, *config) -> torch.Tensor:
-    return operations.matmul_all_reduce(a, b, op, heap=heap_of(heap), config=_config_of(config))
-
-
-@_matmul_all_reduce_impl.register_fake
-def _(a, b, op, heap, *config):
+def _matmul_all_reduce_fake(a, b, op, heap, *config):
     _world_size("matmul_all_reduce", a, b, heap)
     check_op(op, a.dtype)
     return output_like((a.shape[0], b.shape[1]), a)
@@ -107,6 +75,19 @@ def _world_size(name: str, a, b, handle: int) -> int:
     return heap.world_size
 
 
+# -- the ops ------------------------------------------------------------------------------------------
+
+#: Each operation's op: the parameters before ``int heap`` and the config's fields (named as the
+#: eager function's), what it returns, its fake implementation.
+_OPERATIONS = {
+    "all_gather_matmul": ("Tensor a, Tensor b, bool return_gathered", "Tensor[]", _all_gather_matmul_fake),
+    "matmul_all_gather": ("Tensor a, Tensor b", "Tensor", _matmul_all_gather_fake),
+    "matmul_reduce_scatter": ("Tensor a, Tensor b, str op", "Tensor", _matmul_reduce_scatter_fake),
+    "matmul_all_reduce": ("Tensor a, Tensor b, str op", "Tensor", _matmul_all_reduce_fake),
+}
+
+for _name, (_params, _returns, _fake) in _OPERATIONS.items():
+    declare_op(_name, _params, _ARGS, operations, _fake, _returns)
 _OPS = torch.ops.iris
 
 

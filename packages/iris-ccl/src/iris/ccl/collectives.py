@@ -29,6 +29,7 @@ from .arguments import (
 )
 from .call import Call, Staging
 from .config import Config
+from .protocol import REDUCE_OPS
 from .workspace import workspace_of
 
 _log = get_logger("ccl")
@@ -45,17 +46,18 @@ __all__ = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcas
 AUTO_ALL_REDUCE = "two_shot"
 
 
-def _reduce_flags(op_code: int, world_size: int, dtype: torch.dtype) -> dict:
-    """The reduction kernel's constexprs: the op, the world size it unrolls over, the accumulator."""
-    return {"OP": op_code, "W": world_size, "ACC_F32": dtype in (torch.float16, torch.bfloat16),
+def _reduce_flags(op: str, world_size: int, dtype: torch.dtype) -> dict:
+    """The reduction kernel's constexprs: the op's code, the world size it unrolls over, the accumulator."""
+    return {"OP": REDUCE_OPS[op], "W": world_size, "ACC_F32": dtype in (torch.float16, torch.bfloat16),
             "IS_FLOAT": dtype.is_floating_point}  # fmt: skip
 
 
-def _start(name: str, heap, config, extras: tuple, tensors: tuple, check=None):
-    """``(heap, key, layout)`` of a call, or None when an identical call ran before and its plan was
-    just launched again (``iris.ccl.plans``: no check runs twice). ``layout``: the tensors' memory
-    order (one tensor's, or the pair's, which must agree). ``check(*tensors, world_size)``: the
-    collective's own shape checks, after the tensors' common ones."""
+def _start(name: str, heap, config, extras: tuple, tensors: tuple, check=None, op: str | None = None):
+    """``(heap, call, layout)``: the checked heap, the ``Call`` (keyed for its plan by the arguments) and
+    the tensors' memory order (one tensor's, or the pair's, which must agree); or None when an
+    identical call ran before and its plan was just launched again (``iris.ccl.plans``: no check runs
+    twice). ``check(*tensors, world_size)``: the collective's own checks, after the tensors' common
+    ones; ``op``: a reduction's, checked against the dtype of the input (the last tensor) after them."""
     heap = check_heap(heap)
     if plans.replay_recent(heap, name, config, extras, tensors):
         return None
@@ -65,7 +67,9 @@ def _start(name: str, heap, config, extras: tuple, tensors: tuple, check=None):
     layout = check_tensor(tensors[0], "tensor", heap) if len(tensors) == 1 else check_pair(*tensors, heap)
     if check is not None:
         check(*tensors, heap.world_size)
-    return heap, key, layout
+    if op is not None:
+        check_op(op, tensors[-1].dtype)
+    return heap, Call(heap, config, name, key, tensors), layout
 
 
 def all_reduce(tensor: torch.Tensor, op: str = "sum", *, heap=None, config: Config | None = None) -> torch.Tensor:
@@ -79,11 +83,10 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", *, heap=None, config: Conf
     """
     if _compiling():
         return custom_ops.all_reduce(tensor, op, heap=heap, config=config)
-    if (started := _start("all_reduce", heap, config, (op,), (tensor,))) is None:
+    if (started := _start("all_reduce", heap, config, (op,), (tensor,), op=op)) is None:
         return tensor
-    heap, key, layout = started
-    code = check_op(op, tensor.dtype)
-    with Call(heap, config, "all_reduce", key, (tensor,)) as call:  # keeps the call's plan if it completes
+    heap, call, layout = started
+    with call:  # keeps the call's plan if it completes
         variant = call.config.variant
         n, w = tensor.numel(), heap.world_size
         if call.empty(n):
@@ -99,7 +102,7 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", *, heap=None, config: Conf
         fold = not in_place and variant != "rs_ag" and call.folds(data)
         if not in_place and not fold:
             call.copy(buf, data)
-        reduce = {"src": buf, "N": n, "user": data, **_reduce_flags(code, w, tensor.dtype)}  # user: if staged
+        reduce = {"src": buf, "N": n, "user": data, **_reduce_flags(op, w, tensor.dtype)}  # user: if staged
         if variant == "one_shot":  # every element, from every rank's staged copy, into this rank's tensor
             call.launch(call.kernels.reduce_kernel, dst=data, start=0, chunk=n, PUSH=False, DST_CHUNKED=True,
                         STAGED=Staging.IN if fold else Staging.NONE, **reduce)  # fmt: skip
@@ -134,8 +137,8 @@ def all_gather(out: torch.Tensor, inp: torch.Tensor, *, heap=None, config: Confi
         return custom_ops.all_gather(out, inp, heap=heap, config=config)
     if (started := _start("all_gather", heap, config, (), (out, inp), check_all_gather)) is None:
         return out
-    heap, key, layout = started
-    with Call(heap, config, "all_gather", key, (out, inp)) as call:  # keeps the call's plan if it completes
+    heap, call, layout = started
+    with call:  # keeps the call's plan if it completes
         n, w = inp.numel(), heap.world_size
         if call.empty(n):
             return out
@@ -161,11 +164,10 @@ def reduce_scatter(
     """``out`` = ``op`` over ranks of chunk ``rank`` of ``inp`` (``inp`` is W equal chunks along dim 0)."""
     if _compiling():
         return custom_ops.reduce_scatter(out, inp, op, heap=heap, config=config)
-    if (started := _start("reduce_scatter", heap, config, (op,), (out, inp), check_reduce_scatter)) is None:
+    if (started := _start("reduce_scatter", heap, config, (op,), (out, inp), check_reduce_scatter, op)) is None:
         return out
-    heap, key, layout = started
-    code = check_op(op, inp.dtype)
-    with Call(heap, config, "reduce_scatter", key, (out, inp)) as call:  # keeps the call's plan if it completes
+    heap, call, layout = started
+    with call:  # keeps the call's plan if it completes
         chunk, w = out.numel(), heap.world_size
         if call.empty(chunk):
             return out
@@ -173,7 +175,7 @@ def reduce_scatter(
         src, staged = call.source(data)
         call.describe(inp.numel(), src, op=op, dtype=inp.dtype, on_heap=(src is data,), layout=layout)
         call.launch(call.kernels.reduce_kernel, src=src, dst=flat(out), N=w * chunk, start=heap.rank * chunk, chunk=chunk,
-                user=data, PUSH=False, DST_CHUNKED=False, STAGED=staged, **_reduce_flags(code, w, inp.dtype))  # fmt: skip
+                user=data, PUSH=False, DST_CHUNKED=False, STAGED=staged, **_reduce_flags(op, w, inp.dtype))  # fmt: skip
         return out
 
 
@@ -183,8 +185,8 @@ def all_to_all(out: torch.Tensor, inp: torch.Tensor, *, heap=None, config: Confi
         return custom_ops.all_to_all(out, inp, heap=heap, config=config)
     if (started := _start("all_to_all", heap, config, (), (out, inp), check_all_to_all)) is None:
         return out
-    heap, key, layout = started
-    with Call(heap, config, "all_to_all", key, (out, inp)) as call:  # keeps the call's plan if it completes
+    heap, call, layout = started
+    with call:  # keeps the call's plan if it completes
         w = heap.world_size
         if call.empty(inp.numel()):
             return out
@@ -203,11 +205,11 @@ def broadcast(tensor: torch.Tensor, src: int, *, heap=None, config: Config | Non
     """In place: every rank's ``tensor`` becomes rank ``src``'s."""
     if _compiling():
         return custom_ops.broadcast(tensor, src, heap=heap, config=config)
-    if (started := _start("broadcast", heap, config, (src, type(src)), (tensor,))) is None:
+    started = _start("broadcast", heap, config, (src, type(src)), (tensor,), lambda _, w: check_src(src, w))
+    if started is None:
         return tensor
-    heap, key, layout = started
-    check_src(src, heap.world_size)
-    with Call(heap, config, "broadcast", key, (tensor,)) as call:  # keeps the call's plan if it completes
+    heap, call, layout = started
+    with call:  # keeps the call's plan if it completes
         if call.empty(tensor.numel()):
             return tensor
         data = flat(tensor)

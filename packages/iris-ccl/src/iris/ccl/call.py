@@ -200,5 +200,11 @@ class Call:
         if self.gpu:
             if torch.cuda.is_current_stream_capturing():
                 return
-            torch.cuda.current_stream(self.heap.device).synchronize()
+            try:
+                torch.cuda.current_stream(self.heap.device).synchronize()
+            except RuntimeError as e:  # a peer's process ended under MPS, maybe: say so
+                lost = self.heap.explain_failure(f"{self.name}'s wait for the device", e)
+                if lost is not None:
+                    raise lost from e
+                raise
         self.heap.check_device_errors()

@@ -168,12 +168,20 @@ class Workspace:
         """Around the launches of one call of ``name`` (a call's, or a plan's): they are counted
         (``record``), and a failure inside them leaves the collectives broken until ``reset()``:
         programs may have published this rank's entry before it (CPU ranks run them one after
-        another), so the epochs can no longer be trusted. The one failure path of every launch."""
+        another), so the epochs can no longer be trusted. The one failure path of every launch.
+
+        A device failure while peers' processes have ended (a peer killed under MPS takes the GPU's
+        other processes' CUDA contexts with it) is raised as ``iris.heap.PeerLostError``, naming
+        them, from the failure itself."""
         self.record(name, launches)
         try:
             yield
         except BaseException as e:
             self.mark_broken(f"a failure inside {name}'s launch ({type(e).__name__}: {e})")
+            heap = self._heap()
+            lost = heap.explain_failure(f"{name}'s launch", e) if heap is not None else None
+            if lost is not None:
+                raise lost from e
             raise
 
     def keep_plan(self, key, plan, limit: int = 256) -> None:

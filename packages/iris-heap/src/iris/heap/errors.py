@@ -20,6 +20,7 @@ __all__ = [
     "DoubleFreeError",
     "HeapClosedError",
     "WaitTimeoutError",
+    "PeerLostError",
     "RankFailedError",
     "RankFailure",
 ]
@@ -82,6 +83,27 @@ class WaitTimeoutError(HeapError, TimeoutError):
 
 def _rebuild_timeout(cls, message, rank, offset, value):
     return cls(message, rank=rank, offset=offset, value=value)
+
+
+class PeerLostError(HeapError, RuntimeError):
+    """This process's device work failed while peers' processes had ended.
+
+    ``ranks`` are the peers found gone (``heap.lost_ranks()``); the original failure is the
+    exception's ``__cause__``. Under MPS a process that dies with work on the GPU takes down the
+    CUDA context of every process sharing it: this one's is then lost, and only a new process can
+    use the GPU (``docs/architecture.md``, "A dead peer").
+    """
+
+    def __init__(self, message: str, *, ranks: Sequence[int] = ()):
+        super().__init__(message)
+        self.ranks = list(ranks)
+
+    def __reduce__(self):
+        return (_rebuild_peer_lost, (type(self), str(self), self.ranks))
+
+
+def _rebuild_peer_lost(cls, message, ranks):
+    return cls(message, ranks=ranks)
 
 
 @dataclass(frozen=True)

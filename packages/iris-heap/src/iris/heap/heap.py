@@ -25,6 +25,7 @@ from .errors import (
     HeapError,
     HeapExhaustedError,
     NotOnHeapError,
+    PeerLostError,
     WaitTimeoutError,
 )
 from .factories import TensorFactories, extent
@@ -179,7 +180,7 @@ class SymmetricHeap(TensorFactories):
                 "device type": getattr(self.device, "type", None),
             },
         )
-        self._ranks_per_device = _ranks_per_device(self._control, self.device)
+        self._ranks_per_device, self._processes = _placements(self._control, self.device)
         self._transport = transport_cls(size, self.device, self._control)
         self.size = size
         self._alloc = BlockAllocator(size)
@@ -277,6 +278,39 @@ class SymmetricHeap(TensorFactories):
     def base(self) -> int:
         """The address of this rank's heap in this process (``heap_bases[rank]``, without a device read)."""
         return self._base
+
+    def lost_ranks(self) -> list[int]:
+        """The peers whose process has ended (exited, or killed), among those on this rank's host;
+        peers on other hosts are not checked. Cheap (a read of ``/proc`` per peer): for explaining
+        a failure, not for polling."""
+        _, host, _ = self._processes[self.rank]
+        return [r for r, (_, h, pid) in enumerate(self._processes)
+                if r != self.rank and h == host and _process_ended(pid)]  # fmt: skip
+
+    def explain_failure(self, what: str, error: BaseException) -> BaseException | None:
+        """A :class:`PeerLostError` for ``error``, a device failure in ``what`` (a launch, a wait),
+        where peers' processes have ended: it names them and says what their end costs this
+        process. None where ``error`` is no device failure or every peer still runs (the caller
+        raises ``error`` as it is)."""
+        if not isinstance(error, RuntimeError) or not any(w in str(error) for w in _DEVICE_FAILURE):
+            return None
+        lost = self.lost_ranks()
+        if not lost:
+            return None
+        device = self._processes[self.rank][0]
+        who = ", ".join(f"rank {r} (pid {self._processes[r][2]})" for r in lost)
+        if any(self._processes[r][0] == device for r in lost):
+            why = ("A process that ends with work on a GPU that other processes share under MPS takes down every "
+                   "process using that GPU")  # fmt: skip
+        else:
+            why = "This rank's kernels may have touched the ended process's memory"
+        return PeerLostError(
+            f"{what} failed on rank {self.rank} with a device error ({type(error).__name__}: "
+            f"{str(error).strip().splitlines()[0]}) after the process of {who} ended. {why}: this process's CUDA "
+            "context is then lost, every later CUDA call in it fails, and only a new process can use the GPU "
+            '(docs/architecture.md, section "A dead peer").',
+            ranks=lost,
+        )
 
     @property
     def ranks_per_device(self) -> int:
@@ -722,12 +756,35 @@ def _device_identity(device: torch.device) -> str:
     return f"{device.type} {socket.gethostname()}"
 
 
-def _ranks_per_device(control: ControlGroup, device: torch.device) -> int:
-    """How many ranks name this rank's device as theirs (one exchange over the control group;
-    every rank fails together if one cannot name its device)."""
+def _placements(control: ControlGroup, device: torch.device) -> tuple[int, list[tuple[str, str, int]]]:
+    """How many ranks name this rank's device as theirs, and every rank's (device, host, process
+    id): one exchange over the control group; every rank fails together if one cannot name its
+    device."""
     try:
-        mine, error = _device_identity(device), None
+        mine, error = (_device_identity(device), socket.gethostname(), os.getpid()), None
     except Exception as e:  # noqa: BLE001 - every rank hears of it in the exchange
         mine, error = None, e
     everyone = exchange_or_raise(control, mine, error, "iris.heap.init: naming each rank's device")
-    return everyone.count(mine)
+    return [d for d, _, _ in everyone].count(mine[0]), everyone
+
+
+def _process_ended(pid: int) -> bool:
+    """Whether process ``pid`` of this host has ended: exited, or killed and not yet reaped by its
+    parent (a zombie, which ``kill(pid, 0)`` still finds)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")  # the state, after "(comm)"
+    except FileNotFoundError:
+        return True
+    except OSError:  # no /proc: ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            pass
+        return False
+
+
+#: What a CUDA failure at a launch or a synchronization says (torch's and Triton's wording alike).
+_DEVICE_FAILURE = ("CUDA", "cuda", "illegal memory access", "unspecified launch failure")

@@ -4,7 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Config", "DEFAULT", "ALL_REDUCE_VARIANTS", "BACKENDS", "MAX_BLOCK_SIZE", "MAX_NUM_WARPS"]
+__all__ = [
+    "Config",
+    "DEFAULT",
+    "ALL_REDUCE_VARIANTS",
+    "BACKENDS",
+    "MAX_BLOCK_SIZE",
+    "MAX_NUM_WARPS",
+    "check_choice",
+    "check_flag",
+    "check_power_of_two",
+]
 
 #: ``"auto"`` is the variant measured fastest (``iris.ccl.AUTO_ALL_REDUCE``: two_shot).
 ALL_REDUCE_VARIANTS = ("auto", "one_shot", "two_shot", "rs_ag")
@@ -14,6 +24,31 @@ MAX_BLOCK_SIZE = 1 << 20
 #: Warps per program that Triton and Gluon launch (a power of two; 32 warps = 1024 threads on NVIDIA).
 MAX_NUM_WARPS = 32
 _MAX_PROGRAMS = 2**31 - 1  # a grid's first dimension
+
+
+# -- field checks, iris.ops.Config's too ----------------------------------------------------------
+
+
+def check_choice(name: str, value, choices: tuple) -> None:
+    """Field ``name`` is one of the strings ``choices``."""
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"unknown {name} {value!r}; choose one of {choices}")
+
+
+def check_power_of_two(name: str, value, low: int, high: int) -> None:
+    """Field ``name`` is None (the default) or a power of two in [low, high]."""
+    if value is not None and (not _is_int(value) or not low <= value <= high or value & (value - 1)):
+        raise ValueError(f"{name} must be a power of two in [{low}, {high}], got {value!r}")
+
+
+def check_flag(name: str, value) -> None:
+    """Field ``name`` is True or False."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 @dataclass(frozen=True)
@@ -48,23 +83,15 @@ class Config:
     trace: bool = False
 
     def __post_init__(self):
-        if not isinstance(self.variant, str) or self.variant not in ALL_REDUCE_VARIANTS:
-            raise ValueError(f"unknown variant {self.variant!r}; choose one of {ALL_REDUCE_VARIANTS}")
-        if not isinstance(self.backend, str) or self.backend not in BACKENDS:
-            raise ValueError(f"unknown backend {self.backend!r}; choose one of {BACKENDS}")
-        b = self.block_size
-        if b is not None and (not _is_int(b) or b < 16 or b > MAX_BLOCK_SIZE or b & (b - 1)):
-            raise ValueError(f"block_size must be a power of two in [16, {MAX_BLOCK_SIZE}], got {b!r}")
+        check_choice("variant", self.variant, ALL_REDUCE_VARIANTS)
+        check_choice("backend", self.backend, BACKENDS)
+        check_power_of_two("block_size", self.block_size, 16, MAX_BLOCK_SIZE)
         p = self.num_programs
         if p is not None and (not _is_int(p) or not 1 <= p <= _MAX_PROGRAMS):
             raise ValueError(f"num_programs must be a positive int (at most {_MAX_PROGRAMS}), got {p!r}")
-        w = self.num_warps
-        if w is not None and (not _is_int(w) or not 1 <= w <= MAX_NUM_WARPS or w & (w - 1)):
-            raise ValueError(f"num_warps must be a power of two in [1, {MAX_NUM_WARPS}], got {w!r}")
-        if not isinstance(self.blocking, bool):
-            raise TypeError(f"blocking must be True or False, got {self.blocking!r}")
-        if not isinstance(self.trace, bool):
-            raise TypeError(f"trace must be True or False, got {self.trace!r}")
+        check_power_of_two("num_warps", self.num_warps, 1, MAX_NUM_WARPS)
+        check_flag("blocking", self.blocking)
+        check_flag("trace", self.trace)
 
     def __hash__(self) -> int:
         # Configs key the collectives' plans (one hash per call): the fields are hashed once, at
@@ -80,7 +107,3 @@ class Config:
 
 #: What a call without ``config`` runs with.
 DEFAULT = Config()
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)

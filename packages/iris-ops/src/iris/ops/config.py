@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from iris.ccl.config import BACKENDS, MAX_NUM_WARPS
+from iris.ccl.config import BACKENDS, MAX_NUM_WARPS, check_choice, check_flag, check_power_of_two
 
 __all__ = ["BACKENDS", "Config", "DEFAULT", "MAX_BLOCK", "MAX_GROUP_M", "MAX_PROGRAMS", "resolve"]
 
@@ -58,21 +58,15 @@ class Config:
     trace: bool = False
 
     def __post_init__(self):
-        if not isinstance(self.backend, str) or self.backend not in BACKENDS:
-            raise ValueError(f"unknown backend {self.backend!r}; choose one of {BACKENDS}")
+        check_choice("backend", self.backend, BACKENDS)
         for name in ("block_m", "block_n", "block_k"):
-            v = getattr(self, name)
-            if v is not None and (not _is_int(v) or not 16 <= v <= MAX_BLOCK or v & (v - 1)):
-                raise ValueError(f"{name} must be a power of two in [16, {MAX_BLOCK}], got {v!r}")
+            check_power_of_two(name, getattr(self, name), 16, MAX_BLOCK)
         _check_range("group_m", self.group_m, 1, MAX_GROUP_M)
         _check_range("num_programs", self.num_programs, 1, MAX_PROGRAMS)
         _check_range("num_stages", self.num_stages, 1, _MAX_STAGES)
-        w = self.num_warps
-        if w is not None and (not _is_int(w) or not 1 <= w <= MAX_NUM_WARPS or w & (w - 1)):
-            raise ValueError(f"num_warps must be a power of two in [1, {MAX_NUM_WARPS}], got {w!r}")
-        for name in ("blocking", "trace"):
-            if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        check_power_of_two("num_warps", self.num_warps, 1, MAX_NUM_WARPS)
+        check_flag("blocking", self.blocking)
+        check_flag("trace", self.trace)
 
 
 def _is_int(v) -> bool:

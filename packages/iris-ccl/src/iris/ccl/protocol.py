@@ -85,13 +85,24 @@ from iris.heap import context as abi
 
 from .errors import CollectiveAbandonedError, CollectiveMismatchError, CollectiveTimeoutError
 
-__all__ = ["KINDS", "VARIANTS", "REDUCE_OPS", "OPS", "DESC_WORDS", "DESC_SLOTS", "DESC_ARGS", "TAG_BITS", "KindFields",
+__all__ = ["KINDS", "VARIANTS", "REDUCE_OPS", "OPS", "DESC_WORDS", "DESC_SLOTS", "DESC_ARGS", "UNSPECIALIZED", "TAG_BITS", "KindFields",
            "describe", "decode", "register_kind", "register_variant", "translate_error"]  # fmt: skip
 
 DESC_WORDS = 5
 #: A kernel's arguments that carry the description (``begin``'s code, numel, off_a, off_b, shape):
 #: they vary per call, so the kernels never specialize on them (``protocol_triton.kernel``).
 DESC_ARGS = ("CODE", "NUMEL", "OFF_A", "OFF_B", "SHAPE")
+#: The arguments no launched kernel is specialized on, where it has them (``unspecialized``): the
+#: description's, and ``first_rank``, a rank's index that only feeds a modulo over the world size.
+#: Specialized (Triton does on 1 and on multiples of 16), it made the ranks of one W >= 3 world
+#: compile up to three variants of the same launch (rank 0, rank 1, the others).
+UNSPECIALIZED = DESC_ARGS + ("first_rank",)
+
+
+def unspecialized(fn) -> list[str]:
+    """The parameters of kernel ``fn`` that are in ``UNSPECIALIZED`` (its ``do_not_specialize``)."""
+    names = fn.__code__.co_varnames[: fn.__code__.co_argcount]
+    return [n for n in UNSPECIALIZED if n in names]
 #: The words a description is published as: CODE's low 30 bits and its high bits, NUMEL, OFF_A,
 #: OFF_B, SHAPE, each shifted up by TAG_BITS to carry the epoch's low bits (every payload fits in 55 bits).
 DESC_SLOTS = 6

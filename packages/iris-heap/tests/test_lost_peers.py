@@ -12,7 +12,7 @@ import pytest
 from _ranks import new_heap
 
 from iris.heap import PeerLostError
-from iris.heap.heap import _process_ended
+from iris.heap.heap import _process_ended, _started
 
 ILLEGAL = RuntimeError("Triton Error [CUDA]: an illegal memory access was encountered")
 
@@ -24,16 +24,18 @@ def _ended_child() -> tuple[subprocess.Popen, int]:
 
 
 def test_process_ended_tells_a_running_process_from_a_killed_one():
-    assert not _process_ended(os.getpid())
+    me = (os.getpid(), _started(os.getpid()))
+    assert not _process_ended(me)
+    assert _process_ended((me[0], me[1] + 1)), "another process that got this one's id is not it"
     child, pid = _ended_child()
     try:
         deadline = time.monotonic() + 10
-        while not _process_ended(pid) and time.monotonic() < deadline:  # killed, not yet reaped: a zombie
+        while not _process_ended((pid, None)) and time.monotonic() < deadline:  # killed, not reaped: a zombie
             time.sleep(0.01)
-        assert _process_ended(pid), "a killed child that its parent has not reaped yet has ended"
+        assert _process_ended((pid, None)), "a killed child that its parent has not reaped yet has ended"
     finally:
         child.wait()
-    assert _process_ended(pid), "a reaped child has ended"
+    assert _process_ended((pid, None)), "a reaped child has ended"
 
 
 def _every_peer_runs(rank, world_size):
@@ -53,7 +55,7 @@ def _a_lost_peer_is_named(rank, world_size):
         child, pid = _ended_child()
         child.wait()
         device, host, _ = heap._processes[0]
-        heap._processes.append((device, host, pid))  # a second rank on this device, whose process ended
+        heap._processes.append((device, host, (pid, None)))  # a second rank on this device, whose process ended
         assert heap.lost_ranks() == [1]
         assert heap.explain_failure("x", ValueError("CUDA")) is None, "only a device failure (a RuntimeError)"
         assert heap.explain_failure("x", RuntimeError("shapes differ")) is None, "only a device failure"
@@ -66,7 +68,7 @@ def _a_lost_peer_is_named(rank, world_size):
             assert words in text, f"{words!r} not in {text!r}"
         again = pickle.loads(pickle.dumps(lost))
         assert type(again) is PeerLostError and again.ranks == [1] and str(again) == text
-        heap._processes[1] = ("another device", host, pid)
+        heap._processes[1] = ("another device", host, (pid, None))
         assert "MPS" not in str(heap.explain_failure("all_reduce's launch", ILLEGAL)), "no GPU shared with it"
         heap._processes.pop()
 

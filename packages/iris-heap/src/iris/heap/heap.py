@@ -284,8 +284,8 @@ class SymmetricHeap(TensorFactories):
         peers on other hosts are not checked. Cheap (a read of ``/proc`` per peer): for explaining
         a failure, not for polling."""
         _, host, _ = self._processes[self.rank]
-        return [r for r, (_, h, pid) in enumerate(self._processes)
-                if r != self.rank and h == host and _process_ended(pid)]  # fmt: skip
+        return [r for r, (_, h, process) in enumerate(self._processes)
+                if r != self.rank and h == host and _process_ended(process)]  # fmt: skip
 
     def explain_failure(self, what: str, error: BaseException) -> BaseException | None:
         """A :class:`PeerLostError` for ``error``, a device failure in ``what`` (a launch, a wait),
@@ -298,7 +298,7 @@ class SymmetricHeap(TensorFactories):
         if not lost:
             return None
         device = self._processes[self.rank][0]
-        who = ", ".join(f"rank {r} (pid {self._processes[r][2]})" for r in lost)
+        who = ", ".join(f"rank {r} (pid {self._processes[r][2][0]})" for r in lost)
         if any(self._processes[r][0] == device for r in lost):
             why = ("A process that ends with work on a GPU that other processes share under MPS takes down every "
                    "process using that GPU")  # fmt: skip
@@ -756,34 +756,49 @@ def _device_identity(device: torch.device) -> str:
     return f"{device.type} {socket.gethostname()}"
 
 
-def _placements(control: ControlGroup, device: torch.device) -> tuple[int, list[tuple[str, str, int]]]:
-    """How many ranks name this rank's device as theirs, and every rank's (device, host, process
-    id): one exchange over the control group; every rank fails together if one cannot name its
-    device."""
+def _placements(control: ControlGroup, device: torch.device) -> tuple[int, list[tuple[str, str, tuple]]]:
+    """How many ranks name this rank's device as theirs, and every rank's (device, host, (process
+    id, start time)): one exchange over the control group; every rank fails together if one
+    cannot name its device."""
     try:
-        mine, error = (_device_identity(device), socket.gethostname(), os.getpid()), None
+        pid = os.getpid()
+        mine, error = (_device_identity(device), socket.gethostname(), (pid, _started(pid))), None
     except Exception as e:  # noqa: BLE001 - every rank hears of it in the exchange
         mine, error = None, e
     everyone = exchange_or_raise(control, mine, error, "iris.heap.init: naming each rank's device")
     return [d for d, _, _ in everyone].count(mine[0]), everyone
 
 
-def _process_ended(pid: int) -> bool:
-    """Whether process ``pid`` of this host has ended: exited, or killed and not yet reaped by its
-    parent (a zombie, which ``kill(pid, 0)`` still finds)."""
+def _stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after ``(comm)`` (state first), or None without it."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")  # the state, after "(comm)"
-    except FileNotFoundError:
+            return f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def _started(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks after boot), telling it from a later process
+    given the same id; None where ``/proc`` does not say."""
+    fields = _stat(pid)
+    return int(fields[19]) if fields is not None and len(fields) > 19 else None
+
+
+def _process_ended(process: tuple[int, int | None]) -> bool:
+    """Whether ``process`` (pid, start time) of this host has ended: exited, killed and not yet
+    reaped by its parent (a zombie, which ``kill(pid, 0)`` still finds), or its id now another's."""
+    pid, started = process
+    if os.path.isdir("/proc/self"):
+        fields = _stat(pid)
+        return fields is None or fields[0] in ("Z", "X") or (started is not None and _started(pid) != started)
+    try:  # no /proc: ask the kernel
+        os.kill(pid, 0)
+    except ProcessLookupError:
         return True
-    except OSError:  # no /proc: ask the kernel
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            pass
-        return False
+    except PermissionError:
+        pass
+    return False
 
 
 #: What a CUDA failure at a launch or a synchronization says (torch's and Triton's wording alike).

@@ -85,8 +85,9 @@ from iris.heap import context as abi
 
 from .errors import CollectiveAbandonedError, CollectiveMismatchError, CollectiveTimeoutError
 
-__all__ = ["KINDS", "VARIANTS", "REDUCE_OPS", "OPS", "DESC_WORDS", "DESC_SLOTS", "DESC_ARGS", "UNSPECIALIZED", "TAG_BITS", "KindFields",
-           "describe", "decode", "register_kind", "register_variant", "translate_error"]  # fmt: skip
+__all__ = ["KINDS", "VARIANTS", "REDUCE_OPS", "OPS", "DESC_WORDS", "DESC_SLOTS", "DESC_ARGS", "UNSPECIALIZED",
+           "TAG_BITS", "KindFields", "describe", "decode", "register_kind", "register_variant", "translate_error",
+           "unspecialized"]  # fmt: skip
 
 DESC_WORDS = 5
 #: A kernel's arguments that carry the description (``begin``'s code, numel, off_a, off_b, shape):
@@ -97,18 +98,20 @@ DESC_ARGS = ("CODE", "NUMEL", "OFF_A", "OFF_B", "SHAPE")
 #: Specialized (Triton does on 1 and on multiples of 16), it made the ranks of one W >= 3 world
 #: compile up to three variants of the same launch (rank 0, rank 1, the others).
 UNSPECIALIZED = DESC_ARGS + ("first_rank",)
-
-
-def unspecialized(fn) -> list[str]:
-    """The parameters of kernel ``fn`` that are in ``UNSPECIALIZED`` (its ``do_not_specialize``)."""
-    names = fn.__code__.co_varnames[: fn.__code__.co_argcount]
-    return [n for n in UNSPECIALIZED if n in names]
 #: The words a description is published as: CODE's low 30 bits and its high bits, NUMEL, OFF_A,
 #: OFF_B, SHAPE, each shifted up by TAG_BITS to carry the epoch's low bits (every payload fits in 55 bits).
 DESC_SLOTS = 6
 TAG_BITS = 8
 #: The largest payload a description word carries (NUMEL, an offset, SHAPE).
 MAX_PAYLOAD = (1 << 55) - 1
+
+
+def unspecialized(fn) -> list[str]:
+    """The parameters of kernel ``fn`` that are in ``UNSPECIALIZED`` (its ``do_not_specialize``)."""
+    names = fn.__code__.co_varnames[: fn.__code__.co_argcount]
+    return [n for n in UNSPECIALIZED if n in names]
+
+
 FIELDS = ("code", "numel", "offset a", "offset b", "shape")
 
 KINDS = {"all_reduce": 1, "all_gather": 2, "reduce_scatter": 3, "all_to_all": 4, "broadcast": 5, "barrier": 6}

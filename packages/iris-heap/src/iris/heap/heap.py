@@ -802,4 +802,4 @@ def _process_ended(process: tuple[int, int | None]) -> bool:
 
 
 #: What a CUDA failure at a launch or a synchronization says (torch's and Triton's wording alike).
-_DEVICE_FAILURE = ("CUDA", "cuda", "illegal memory access", "unspecified launch failure")
+_DEVICE_FAILURE = ("CUDA error", "[CUDA]", "illegal memory access", "unspecified launch failure")

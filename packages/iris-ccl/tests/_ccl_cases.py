@@ -404,6 +404,89 @@ def unchecked_barrier(rank, world_size, backend):
     ccl.barrier(config=ccl.Config(backend=backend, blocking=True))  # checked, and every rank arrives
 
 
+def empty_inputs(rank, world_size, backend):
+    """Every collective on tensors of no elements, on and off the heap, twice (the repeat replays
+    the first call's plan): nothing is written anywhere (the guard bytes and canaries around every
+    tensor stay), and each call still pairs up with its peers' (the all_reduce after them is right)."""
+    from _ccl_faults import Guarded
+
+    heap = iris.heap.init(1 << 22)
+    w = world_size
+    cfg = ccl.Config(backend=backend)
+    mem = Guarded(heap)
+    e = torch.zeros(0)
+    calls = []
+    for on in (True, False):
+        t = {name: mem.tensor(e, on, f"{name} (heap={on})") for name in ("tensor", "inp", "out")}
+        calls += [
+            lambda t=t: ccl.all_reduce(t["tensor"], config=cfg),
+            lambda t=t: ccl.all_reduce(t["tensor"], op="max", config=ccl.Config(backend=backend, variant="one_shot")),
+            lambda t=t: ccl.all_gather(t["out"], t["inp"], config=cfg),
+            lambda t=t: ccl.reduce_scatter(t["out"], t["inp"], config=cfg),
+            lambda t=t: ccl.all_to_all(t["out"], t["inp"], config=cfg),
+            lambda t=t: ccl.broadcast(t["tensor"], w - 1, config=cfg),
+        ]
+    for _ in range(2):
+        for c in calls:
+            c()
+    x = heap.full((5,), float(rank + 1))
+    ccl.all_reduce(x, config=cfg)
+    _check(x, torch.full((5,), float(sum(range(1, w + 1)))), "all_reduce after the empty collectives")
+    heap.barrier()  # raises what the collectives recorded, if anything
+    mem.assert_guards(rank, "after the empty collectives")
+    return len(calls)
+
+
+def launch_specializations(rank, world_size, backend):
+    """Every launch of every collective (each all_reduce variant, heap and off-heap tensors, sizes
+    whose per-rank chunks are 1, 8 and 11 elements), as the key Triton specializes its kernel on:
+    each tensor's dtype and 16-byte alignment, each integer's ``== 1`` / multiple of 16 / 32-bit
+    range, every constexpr, leaving out the arguments no kernel is specialized on
+    (``iris.ccl.protocol.UNSPECIALIZED``). broadcast is left out: its source reads nothing and
+    launches another kernel by design."""
+    from iris.ccl import _internals, call, protocol
+
+    heap = iris.heap.init(1 << 22)
+    w, dev = world_size, heap.device
+    keys = []
+    positional = call._launch.positional
+
+    def recording(kernel, arguments):
+        key = []
+        for name, constexpr, _ in _internals.parameters(kernel):
+            v = arguments.get(name)
+            if name in protocol.UNSPECIALIZED or name not in arguments:
+                continue
+            if constexpr:
+                key.append((name, v))
+            elif isinstance(v, torch.Tensor):
+                key.append((name, v.dtype, v.data_ptr() % 16 == 0))
+            else:
+                key.append((name, v == 1, v % 16 == 0, -(2**31) <= v < 2**31))
+        keys.append((kernel.__name__, tuple(key)))
+        return positional(kernel, arguments)
+
+    call._launch.positional = recording
+    try:
+        for chunk in (1, 8, 11):
+            n = chunk * w
+            for variant in ("one_shot", "two_shot", "rs_ag"):
+                for on_heap in (True, False):
+                    x = place(heap, make(rank, (n,), torch.float32, 3), on_heap)
+                    ccl.all_reduce(x, config=ccl.Config(backend=backend, variant=variant))
+            for on_heap in (True, False):
+                inp = make(rank, (chunk,), torch.float16, 4).to(dev)
+                out = place(heap, torch.zeros(n, dtype=torch.float16), on_heap)
+                ccl.all_gather(out, inp, config=ccl.Config(backend=backend))
+                inp = place(heap, make(rank, (n,), torch.float32, 5), on_heap)
+                ccl.reduce_scatter(torch.zeros(chunk, device=dev), inp, config=ccl.Config(backend=backend))
+                ccl.all_to_all(torch.zeros(n, device=dev), inp, config=ccl.Config(backend=backend))
+        ccl.barrier(config=ccl.Config(backend=backend, blocking=True))
+    finally:
+        call._launch.positional = positional
+    return keys
+
+
 def direct_launch(rank, world_size, backend):
     """GPU: after the first call of a shape, kernels launch without the JIT (``iris.ccl._launch``);
     a tensor whose address is not 16-byte aligned gets a kernel of its own (Triton specializes on
@@ -461,7 +544,8 @@ def relaunch(rank, world_size, backend):
     chunk = -(-x.numel() // w)
     flags = ws.flags
     code = protocol.describe("all_reduce", variant="two_shot", op="sum", dtype=x.dtype, on_heap=(True,))
-    args = (heap.context, ws.sync, code, x.numel(), heap.offset(x), -1, 0, x, x, x.numel(), rank * chunk, chunk, x)
+    # reduce_kernel's arguments: the description's, src, dst, N, chunk_index (this rank), chunk, user
+    args = (heap.context, ws.sync, code, x.numel(), heap.offset(x), -1, 0, x, x, x.numel(), rank, chunk, x)
     consts = dict(PUSH=True, DST_CHUNKED=True, W=w, OP=0, ACC_F32=False, IS_FLOAT=True, FLAGS=flags, BLOCK=BLOCK,
                   SCOPE=ws.scope, TRACE=False, STAGED=0)  # fmt: skip
     for i in range(3):  # the two_shot all_reduce's launch, three times with identical arguments

@@ -57,7 +57,8 @@ def cases(K):
             "SCOPE": "sys",
             "TRACE": False,
         }
-        sig = {**_HEAD, "src": f"*{dt}", "dst": f"*{dt}", "N": "i32", "start": "i32", "chunk": "i32", "user": f"*{dt}"}
+        sig = {**_HEAD, "src": f"*{dt}", "dst": f"*{dt}", "N": "i32", "chunk_index": "i32", "chunk": "i32",
+               "user": f"*{dt}"}  # fmt: skip
         # one_shot (every element, local dst), two_shot (pushed), rs_ag's first half, reduce_scatter;
         # the first two also staged inside the kernel (a small tensor off the heap)
         for push, chunked, staged in [(False, True, 0), (True, True, 0), (False, False, 0), (False, True, 1),
@@ -66,7 +67,7 @@ def cases(K):
                         {**sig, "PUSH": "constexpr", "DST_CHUNKED": "constexpr", **_REDUCE_FLAGS},
                         {"PUSH": push, "DST_CHUNKED": chunked, "STAGED": staged, **flags}))  # fmt: skip
     for dt in ("u8", "i16", "i32", "i64"):
-        ints = {k: "i32" for k in "piece dst_numel src_stride src_offset dst_stride first_rank".split()}
+        ints = {k: "i32" for k in "piece dst_numel src_stride piece_index dst_stride first_rank".split()}
         tail = {"FLAGS": "constexpr", "BLOCK": "constexpr", "SCOPE": "constexpr", "TRACE": "constexpr"}
         for staged in (0, 1):  # 1: a small input off the heap, copied into the staging by the kernel
             out.append((f"gather {dt}" + " staged" * staged, K.gather_kernel,
@@ -74,7 +75,7 @@ def cases(K):
                          "RANKS": "constexpr", **tail, "STAGED": "constexpr"},
                         {"RANKS": 4, "FLAGS": 4, "BLOCK": 4096, "SCOPE": "sys", "TRACE": False, "STAGED": staged}))  # fmt: skip
         out.append((f"push {dt}", K.push_kernel, {**_HEAD, "src": f"*{dt}", "dst": f"*{dt}", "n": "i32",
-                    "dst_offset": "i32", "W": "constexpr", **tail}, {"W": 4, "FLAGS": 4, "BLOCK": 4096, "SCOPE": "sys", "TRACE": False}))  # fmt: skip
+                    "chunk_index": "i32", "W": "constexpr", **tail}, {"W": 4, "FLAGS": 4, "BLOCK": 4096, "SCOPE": "sys", "TRACE": False}))  # fmt: skip
     # Config(trace=True): one of each kernel with its phases recorded
     traced = {"barrier", "reduce bf16 op1 push=True chunked=True staged=0", "gather i32", "push i16"}
     out += [(f"{label} traced", fn, sig, {**c, "TRACE": True}) for label, fn, sig, c in out if label in traced]

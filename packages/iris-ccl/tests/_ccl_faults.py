@@ -143,6 +143,7 @@ class Mismatch:
 MISMATCHES = {
     "element count, heap tensors": Mismatch("element count", 64, 100),
     "element count, plain tensors (staged)": Mismatch("element count", 64, 100),
+    "no elements vs 64": Mismatch("element count", "at least 1", 0),
     "float32 vs float16": Mismatch("dtype", torch.float32, torch.float16),
     "float32 vs int32": Mismatch("dtype", torch.float32, torch.int32),
     "op sum vs max": Mismatch("op", "sum", "max"),
@@ -165,6 +166,9 @@ def _mismatched_call(kind: str, mem: Guarded, backend, rank: int, world_size: in
         return lambda: ccl.all_reduce(x, config=c)
     if kind == "element count, plain tensors (staged)":
         x = mem.plain_tensor(sample((100 if odd else 64,), torch.float32, 11, rank), "the tensor")
+        return lambda: ccl.all_reduce(x, config=c)
+    if kind == "no elements vs 64":  # the empty call launches a barrier described as the collective
+        x = mem.heap_tensor(sample((0 if odd else 64,), torch.float32, 11, rank), "the tensor")
         return lambda: ccl.all_reduce(x, config=c)
     if kind in ("float32 vs float16", "float32 vs int32"):
         dtype = MISMATCHES[kind].odd if odd else torch.float32

@@ -24,6 +24,24 @@ def test_tensors_off_the_heap_are_staged_inside_the_kernel_or_around_it_alike(wo
     assert world.run(_ccl_cases.staged_in_and_out_of_the_kernel, world_size, backend) == [36] * world_size
 
 
+@pytest.mark.parametrize("world_size", [1, 3])
+def test_collectives_of_no_elements_write_nothing_and_still_pair_up(world, backend, world_size):
+    assert world.run(_ccl_cases.empty_inputs, world_size, backend) == [12] * world_size
+
+
+def test_every_rank_launches_the_kernels_specialized_alike(world, backend):
+    """Ranks of one world launch the same compiled kernels: a rank's offset into the data (rank x
+    chunk, a multiple of 16 on some ranks and not on others) is passed as the rank's index, which
+    no kernel is specialized on, so a GPU compiles one variant per launch, not one per rank."""
+    if backend != "triton":  # host-side arguments; the Gluon kernels' parameters equal the Triton ones'
+        pytest.skip("the launch arguments are the backends' same (test_ccl_internals compares the kernels' parameters)")
+    keys = world.run(_ccl_cases.launch_specializations, 3, backend)
+    assert len(keys[0]) >= 3 * 12 and all(len(k) == len(keys[0]) for k in keys), [len(k) for k in keys]
+    for rank in (1, 2):
+        differ = [(a[0], dict(a[1]).items() ^ dict(b[1]).items()) for a, b in zip(keys[0], keys[rank]) if a != b]
+        assert not differ, f"rank {rank} launches kernels specialized unlike rank 0's: {differ[:3]}"
+
+
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_200_back_to_back_collectives_need_no_host_barrier(world, backend, world_size):
     world.run(_ccl_cases.back_to_back, world_size, backend, 200)

@@ -103,16 +103,21 @@ def barrier_kernel(
 
 @proto.kernel
 def reduce_kernel(
-    context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, src, dst, N, start, chunk, user,
+    context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, src, dst, N, chunk_index, chunk, user,
     PUSH: gl.constexpr, DST_CHUNKED: gl.constexpr,
     W: gl.constexpr, OP: gl.constexpr, ACC_F32: gl.constexpr, IS_FLOAT: gl.constexpr, FLAGS: gl.constexpr, BLOCK: gl.constexpr,
     SCOPE: gl.constexpr, TRACE: gl.constexpr, STAGED: gl.constexpr,
 ):  # fmt: skip
-    """Reduce elements [start, min(start + chunk, N)) of src over ranks; ``STAGED``: copy ``user``
-    in before the entry (and back after the exit) in this one program (see _triton_kernels)."""
+    """Reduce elements [start, min(start + chunk, N)) of src over ranks, start = chunk_index * chunk;
+    ``STAGED``: copy ``user`` in before the entry (and back after the exit) in this one program (see
+    _triton_kernels)."""
     L: gl.constexpr = proto.tile_layout(BLOCK, gl.num_warps(), src.dtype.element_ty)
     _stage_in(src, user, N, STAGED, BLOCK, L)
     ctx, tr, epoch, go = proto.begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, FLAGS, SCOPE, TRACE)
+    # The chunk's first element, from its index: rank r's start (r * chunk) is then known to be a
+    # multiple of 16 wherever chunk is, so every rank runs the same specialization; int64, as
+    # chunk_index * chunk may pass what int32 holds where N does not (the last ranks' empty chunks).
+    start = chunk_index.to(gl.int64) * chunk
     t = gl.program_id(0)
     while go & (t < gl.cdiv(chunk, BLOCK)):
         local = t * BLOCK + gl.arange(0, BLOCK, layout=L)
@@ -145,27 +150,29 @@ def reduce_kernel(
 @proto.kernel
 def gather_kernel(
     context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, src, dst,
-    piece, dst_numel, src_stride, src_offset, dst_stride, first_rank, user, user_numel,
+    piece, dst_numel, src_stride, piece_index, dst_stride, first_rank, user, user_numel,
     RANKS: gl.constexpr, FLAGS: gl.constexpr, BLOCK: gl.constexpr, SCOPE: gl.constexpr, TRACE: gl.constexpr,
     STAGED: gl.constexpr,
 ):  # fmt: skip
     """For ranks r = first_rank, first_rank + 1, ... (RANKS of them, mod W): dst[r * dst_stride + i]
-    = rank r's src[r * src_stride + src_offset + i], for i < piece and r * dst_stride + i < dst_numel;
+    = rank r's src[r * src_stride + piece_index * piece + i], for i < piece and r * dst_stride + i < dst_numel;
     ``STAGED``: copy ``user`` into ``src`` first, in this one program (see _triton_kernels)."""
     L: gl.constexpr = proto.tile_layout(BLOCK, gl.num_warps(), src.dtype.element_ty)
     _stage_in(src, user, user_numel, STAGED, BLOCK, L)
     ctx, tr, epoch, go = proto.begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, FLAGS, SCOPE, TRACE)
+    offset = piece_index.to(gl.int64) * piece  # as reduce_kernel's start: the same specialization on every rank
     t = gl.program_id(0)
     while go & (t < gl.cdiv(piece, BLOCK)):
         offs = t * BLOCK + gl.arange(0, BLOCK, layout=L)
         tile = tr.record_start(_TILE, ctx.rank, 0)
         for j in gl.static_range(RANKS):
             r = (first_rank + j) % ctx.world_size
-            mask = (offs < piece) & (r * dst_stride + offs < dst_numel)
+            r64 = r.to(gl.int64)  # r * stride may pass what int32 holds
+            mask = (offs < piece) & (r64 * dst_stride + offs < dst_numel)
             h = tr.record_start(_REMOTE_LOAD, r, _bytes(mask, dst) if TRACE else 0)
-            v = ctx.load(src + r * src_stride + src_offset + offs, r, mask=mask)
+            v = ctx.load(src + r64 * src_stride + offset + offs, r, mask=mask)
             tr.record_end(h)
-            gl.store(dst + r * dst_stride + offs, v, mask=mask)
+            gl.store(dst + r64 * dst_stride + offs, v, mask=mask)
         tr.record_end(tile)
         t += gl.num_programs(0)
     proto.finish(ctx, tr, sync, epoch, go, FLAGS, SCOPE)
@@ -173,13 +180,14 @@ def gather_kernel(
 
 @proto.kernel
 def push_kernel(
-    context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, src, dst, n, dst_offset,
+    context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, src, dst, n, chunk_index,
     W: gl.constexpr, FLAGS: gl.constexpr, BLOCK: gl.constexpr, SCOPE: gl.constexpr, TRACE: gl.constexpr,
 ):  # fmt: skip
-    """Every rank's dst[dst_offset + i] = this rank's src[i], for i < n (all_gather into heap
+    """Every rank's dst[chunk_index * n + i] = this rank's src[i], for i < n (all_gather into heap
     outputs: each input read once, from local memory, and stored into all W ranks)."""
     ctx, tr, epoch, go = proto.begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, FLAGS, SCOPE, TRACE)
     L: gl.constexpr = proto.tile_layout(BLOCK, gl.num_warps(), src.dtype.element_ty)
+    offset = chunk_index.to(gl.int64) * n  # as reduce_kernel's start: the same specialization on every rank
     t = gl.program_id(0)
     while go & (t < gl.cdiv(n, BLOCK)):
         offs = t * BLOCK + gl.arange(0, BLOCK, layout=L)
@@ -190,7 +198,7 @@ def push_kernel(
         for j in gl.static_range(W):
             to = (ctx.rank + j) % W
             h = tr.record_start(_REMOTE_STORE, to, nbytes)
-            ctx.store(dst + dst_offset + offs, v, to, mask=mask)
+            ctx.store(dst + offset + offs, v, to, mask=mask)
             tr.record_end(h)
         tr.record_end(tile)
         t += gl.num_programs(0)

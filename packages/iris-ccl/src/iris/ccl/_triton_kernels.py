@@ -99,12 +99,13 @@ def barrier_kernel(
 
 @proto.kernel
 def reduce_kernel(
-    context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, src, dst, N, start, chunk, user,
+    context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, src, dst, N, chunk_index, chunk, user,
     PUSH: tl.constexpr, DST_CHUNKED: tl.constexpr,
     W: tl.constexpr, OP: tl.constexpr, ACC_F32: tl.constexpr, IS_FLOAT: tl.constexpr, FLAGS: tl.constexpr, BLOCK: tl.constexpr,
     SCOPE: tl.constexpr, TRACE: tl.constexpr, STAGED: tl.constexpr,
 ):  # fmt: skip
-    """Reduce elements [start, min(start + chunk, N)) of src over ranks (every rank's copy).
+    """Reduce elements [start, min(start + chunk, N)) of src over ranks (every rank's copy), where
+    start = chunk_index * chunk.
 
     The result goes to ``dst`` at the elements' offset (``DST_CHUNKED``) or at 0; into every
     rank's copy of dst (``PUSH``: the two-shot all_reduce, where src and dst are the same tensor
@@ -118,6 +119,10 @@ def reduce_kernel(
     """
     _stage_in(src, user, N, STAGED, BLOCK)
     ctx, tr, epoch, go = proto.begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, FLAGS, SCOPE, TRACE)
+    # The chunk's first element, from its index: rank r's start (r * chunk) is then known to be a
+    # multiple of 16 wherever chunk is, so every rank runs the same specialization; int64, as
+    # chunk_index * chunk may pass what int32 holds where N does not (the last ranks' empty chunks).
+    start = chunk_index.to(tl.int64) * chunk
     t = tl.program_id(0)
     while go & (t < tl.cdiv(chunk, BLOCK)):
         local = t * BLOCK + tl.arange(0, BLOCK)
@@ -150,12 +155,12 @@ def reduce_kernel(
 @proto.kernel
 def gather_kernel(
     context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, src, dst,
-    piece, dst_numel, src_stride, src_offset, dst_stride, first_rank, user, user_numel,
+    piece, dst_numel, src_stride, piece_index, dst_stride, first_rank, user, user_numel,
     RANKS: tl.constexpr, FLAGS: tl.constexpr, BLOCK: tl.constexpr, SCOPE: tl.constexpr, TRACE: tl.constexpr,
     STAGED: tl.constexpr,
 ):  # fmt: skip
     """For ranks r = first_rank, first_rank + 1, ... (RANKS of them, mod W; unrolled, so their
-    loads overlap): dst[r * dst_stride + i] = rank r's src[r * src_stride + src_offset + i], for
+    loads overlap): dst[r * dst_stride + i] = rank r's src[r * src_stride + piece_index * piece + i], for
     i < piece and r * dst_stride + i < dst_numel (all_gather by pulls, all_to_all, broadcast and
     the all-gather half of rs_ag).
 
@@ -164,17 +169,19 @@ def gather_kernel(
     """
     _stage_in(src, user, user_numel, STAGED, BLOCK)
     ctx, tr, epoch, go = proto.begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, FLAGS, SCOPE, TRACE)
+    offset = piece_index.to(tl.int64) * piece  # as reduce_kernel's start: the same specialization on every rank
     t = tl.program_id(0)
     while go & (t < tl.cdiv(piece, BLOCK)):
         offs = t * BLOCK + tl.arange(0, BLOCK)
         tile = tr.record_start(_TILE, ctx.rank, 0)
         for j in tl.static_range(RANKS):
             r = (first_rank + j) % ctx.world_size
-            mask = (offs < piece) & (r * dst_stride + offs < dst_numel)
+            r64 = r.to(tl.int64)  # r * stride may pass what int32 holds
+            mask = (offs < piece) & (r64 * dst_stride + offs < dst_numel)
             h = tr.record_start(_REMOTE_LOAD, r, _bytes(mask, dst) if TRACE else 0)
-            v = ctx.load(src + r * src_stride + src_offset + offs, r, mask=mask)
+            v = ctx.load(src + r64 * src_stride + offset + offs, r, mask=mask)
             tr.record_end(h)
-            tl.store(dst + r * dst_stride + offs, v, mask=mask)
+            tl.store(dst + r64 * dst_stride + offs, v, mask=mask)
         tr.record_end(tile)
         t += tl.num_programs(0)
     proto.finish(ctx, tr, sync, epoch, go, FLAGS, SCOPE)
@@ -182,12 +189,13 @@ def gather_kernel(
 
 @proto.kernel
 def push_kernel(
-    context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, src, dst, n, dst_offset,
+    context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, src, dst, n, chunk_index,
     W: tl.constexpr, FLAGS: tl.constexpr, BLOCK: tl.constexpr, SCOPE: tl.constexpr, TRACE: tl.constexpr,
 ):  # fmt: skip
-    """Every rank's dst[dst_offset + i] = this rank's src[i], for i < n (all_gather into heap
+    """Every rank's dst[chunk_index * n + i] = this rank's src[i], for i < n (all_gather into heap
     outputs: each input read once, from local memory, and stored into all W ranks)."""
     ctx, tr, epoch, go = proto.begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, FLAGS, SCOPE, TRACE)
+    offset = chunk_index.to(tl.int64) * n  # as reduce_kernel's start: the same specialization on every rank
     t = tl.program_id(0)
     while go & (t < tl.cdiv(n, BLOCK)):
         offs = t * BLOCK + tl.arange(0, BLOCK)
@@ -198,7 +206,7 @@ def push_kernel(
         for j in tl.static_range(W):
             to = (ctx.rank + j) % W
             h = tr.record_start(_REMOTE_STORE, to, nbytes)
-            ctx.store(dst + dst_offset + offs, v, to, mask=mask)
+            ctx.store(dst + offset + offs, v, to, mask=mask)
             tr.record_end(h)
         tr.record_end(tile)
         t += tl.num_programs(0)

@@ -186,14 +186,6 @@ class Call:
         num_warps = getattr(self.config, "num_warps", None)
         return num_warps if num_warps is not None else self.shape.warps
 
-    def empty(self, numel: int) -> bool:
-        """Whether the call has no elements (``numel`` 0); if so it has launched ``barrier()``,
-        since it still pairs up with its peers' calls."""
-        if numel:
-            return False
-        self.barrier()
-        return True
-
     def wait(self) -> None:
         """``Config(blocking=True)``: wait for the device, then raise what it recorded. Not while
         the stream captures a CUDA graph (which cannot sync)."""

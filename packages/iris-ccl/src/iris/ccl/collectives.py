@@ -56,8 +56,10 @@ def _start(name: str, heap, config, extras: tuple, tensors: tuple, check=None, o
     """``(heap, call, layout)``: the checked heap, the ``Call`` (keyed for its plan by the arguments) and
     the tensors' memory order (one tensor's, or the pair's, which must agree); or None when an
     identical call ran before and its plan was just launched again (``iris.ccl.plans``: no check runs
-    twice). ``check(*tensors, world_size)``: the collective's own checks, after the tensors' common
-    ones; ``op``: a reduction's, checked against the dtype of the input (the last tensor) after them."""
+    twice), or when the input (the last tensor) has no elements: the call has then launched
+    ``barrier()``, since it still pairs up with its peers' calls. ``check(*tensors, world_size)``:
+    the collective's own checks, after the tensors' common ones; ``op``: a reduction's, checked
+    against the dtype of the input (the last tensor) after them."""
     heap = check_heap(heap)
     if plans.replay_recent(heap, name, config, extras, tensors):
         return None
@@ -69,7 +71,12 @@ def _start(name: str, heap, config, extras: tuple, tensors: tuple, check=None, o
         check(*tensors, heap.world_size)
     if op is not None:
         check_op(op, tensors[-1].dtype)
-    return heap, Call(heap, config, name, key, tensors), layout
+    call = Call(heap, config, name, key, tensors)
+    if tensors[-1].numel() == 0:  # nothing to move, but the call still pairs up with its peers'
+        with call:
+            call.barrier()
+        return None
+    return heap, call, layout
 
 
 def all_reduce(tensor: torch.Tensor, op: str = "sum", *, heap=None, config: Config | None = None) -> torch.Tensor:
@@ -89,8 +96,6 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", *, heap=None, config: Conf
     with call:  # keeps the call's plan if it completes
         variant = call.config.variant
         n, w = tensor.numel(), heap.world_size
-        if call.empty(n):
-            return tensor
         if variant == "auto":
             variant = AUTO_ALL_REDUCE
         data = flat(tensor)
@@ -104,23 +109,23 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", *, heap=None, config: Conf
             call.copy(buf, data)
         reduce = {"src": buf, "N": n, "user": data, **_reduce_flags(op, w, tensor.dtype)}  # user: if staged
         if variant == "one_shot":  # every element, from every rank's staged copy, into this rank's tensor
-            call.launch(call.kernels.reduce_kernel, dst=data, start=0, chunk=n, PUSH=False, DST_CHUNKED=True,
+            call.launch(call.kernels.reduce_kernel, dst=data, chunk_index=0, chunk=n, PUSH=False, DST_CHUNKED=True,
                         STAGED=Staging.IN if fold else Staging.NONE, **reduce)  # fmt: skip
             return tensor
         chunk = -(-n // w)
         if variant == "two_shot":  # chunk `rank`, in place, pushed into every rank's copy
-            call.launch(call.kernels.reduce_kernel, dst=buf, start=heap.rank * chunk, chunk=chunk, PUSH=True, DST_CHUNKED=True,
+            call.launch(call.kernels.reduce_kernel, dst=buf, chunk_index=heap.rank, chunk=chunk, PUSH=True, DST_CHUNKED=True,
                     STAGED=Staging.IN_AND_OUT if fold else Staging.NONE, **reduce)  # fmt: skip
             if not in_place and not fold:
                 call.copy(data, buf)
             return tensor
         # rs_ag: reduce chunk `rank` into the workspace, then every rank reads every chunk.
-        call.launch(call.kernels.reduce_kernel, dst=mid, start=heap.rank * chunk, chunk=chunk, PUSH=False, DST_CHUNKED=True,
+        call.launch(call.kernels.reduce_kernel, dst=mid, chunk_index=heap.rank, chunk=chunk, PUSH=False, DST_CHUNKED=True,
                 STAGED=Staging.NONE, **reduce)  # fmt: skip
         src, dst = words(mid), words(data)
         per = src.numel() // n  # words per element
         call.launch(call.kernels.gather_kernel, src=src, dst=dst, piece=chunk * per, dst_numel=n * per, src_stride=chunk * per,
-                src_offset=0, dst_stride=chunk * per, first_rank=heap.rank, RANKS=w, user=src, user_numel=0,
+                piece_index=0, dst_stride=chunk * per, first_rank=heap.rank, RANKS=w, user=src, user_numel=0,
                 STAGED=Staging.NONE)  # fmt: skip
         return tensor
 
@@ -140,20 +145,18 @@ def all_gather(out: torch.Tensor, inp: torch.Tensor, *, heap=None, config: Confi
     heap, call, layout = started
     with call:  # keeps the call's plan if it completes
         n, w = inp.numel(), heap.world_size
-        if call.empty(n):
-            return out
         if heap.is_symmetric(out):  # push: read the input once, store it into every rank's out
             call.describe(n, out, variant="push", on_heap=(True, heap.is_symmetric(inp)), dtype=inp.dtype, layout=layout)
             src = words(inp)
             m = src.numel()
-            call.launch(call.kernels.push_kernel, src=src, dst=words(out), n=m, dst_offset=heap.rank * m, W=w)
+            call.launch(call.kernels.push_kernel, src=src, dst=words(out), n=m, chunk_index=heap.rank, W=w)
             return out
         data = flat(inp)
         src, staged = call.source(data)  # pull: every rank reads every rank's input
         call.describe(n, src, variant="pull", on_heap=(False, src is data), dtype=inp.dtype, layout=layout)
         src = words(src)
         m = src.numel()
-        call.launch(call.kernels.gather_kernel, src=src, dst=words(out), piece=m, dst_numel=w * m, src_stride=0, src_offset=0,
+        call.launch(call.kernels.gather_kernel, src=src, dst=words(out), piece=m, dst_numel=w * m, src_stride=0, piece_index=0,
                 dst_stride=m, first_rank=heap.rank, RANKS=w, user=words(data), user_numel=m, STAGED=staged)  # fmt: skip
         return out
 
@@ -169,12 +172,10 @@ def reduce_scatter(
     heap, call, layout = started
     with call:  # keeps the call's plan if it completes
         chunk, w = out.numel(), heap.world_size
-        if call.empty(chunk):
-            return out
         data = flat(inp)
         src, staged = call.source(data)
         call.describe(inp.numel(), src, op=op, dtype=inp.dtype, on_heap=(src is data,), layout=layout)
-        call.launch(call.kernels.reduce_kernel, src=src, dst=flat(out), N=w * chunk, start=heap.rank * chunk, chunk=chunk,
+        call.launch(call.kernels.reduce_kernel, src=src, dst=flat(out), N=w * chunk, chunk_index=heap.rank, chunk=chunk,
                 user=data, PUSH=False, DST_CHUNKED=False, STAGED=staged, **_reduce_flags(op, w, inp.dtype))  # fmt: skip
         return out
 
@@ -188,15 +189,13 @@ def all_to_all(out: torch.Tensor, inp: torch.Tensor, *, heap=None, config: Confi
     heap, call, layout = started
     with call:  # keeps the call's plan if it completes
         w = heap.world_size
-        if call.empty(inp.numel()):
-            return out
         data = flat(inp)
         src, staged = call.source(data)
         call.describe(inp.numel(), src, dtype=inp.dtype, on_heap=(src is data,), layout=layout)
         src = words(src)
         c = src.numel() // w
         call.launch(call.kernels.gather_kernel, src=src, dst=words(out), piece=c, dst_numel=w * c, src_stride=0,
-                src_offset=heap.rank * c, dst_stride=c, first_rank=heap.rank, RANKS=w, user=words(data),
+                piece_index=heap.rank, dst_stride=c, first_rank=heap.rank, RANKS=w, user=words(data),
                 user_numel=w * c, STAGED=staged)  # fmt: skip
         return out
 
@@ -210,8 +209,6 @@ def broadcast(tensor: torch.Tensor, src: int, *, heap=None, config: Config | Non
         return tensor
     heap, call, layout = started
     with call:  # keeps the call's plan if it completes
-        if call.empty(tensor.numel()):
-            return tensor
         data = flat(tensor)
         buf = data if heap.is_symmetric(tensor) else call.staging("in", data)
         call.describe(tensor.numel(), buf, dtype=tensor.dtype, on_heap=(buf is data,), src=src, layout=layout)
@@ -221,7 +218,7 @@ def broadcast(tensor: torch.Tensor, src: int, *, heap=None, config: Config | Non
             staged = Staging.NONE
         buf = words(buf)
         n = buf.numel()
-        call.launch(call.kernels.gather_kernel, src=buf, dst=words(tensor), piece=n, dst_numel=n, src_stride=0, src_offset=0,
+        call.launch(call.kernels.gather_kernel, src=buf, dst=words(tensor), piece=n, dst_numel=n, src_stride=0, piece_index=0,
                 dst_stride=0, first_rank=src, RANKS=0 if heap.rank == src else 1, user=words(data), user_numel=n,
                 STAGED=staged)  # fmt: skip
         return tensor

@@ -94,10 +94,12 @@ DESC_WORDS = 5
 #: they vary per call, so the kernels never specialize on them (``protocol_triton.kernel``).
 DESC_ARGS = ("CODE", "NUMEL", "OFF_A", "OFF_B", "SHAPE")
 #: The arguments no launched kernel is specialized on, where it has them (``unspecialized``): the
-#: description's, and ``first_rank``, a rank's index that only feeds a modulo over the world size.
-#: Specialized (Triton does on 1 and on multiples of 16), it made the ranks of one W >= 3 world
-#: compile up to three variants of the same launch (rank 0, rank 1, the others).
-UNSPECIALIZED = DESC_ARGS + ("first_rank",)
+#: description's, and the rank indices: ``first_rank``, which only feeds a modulo over the world
+#: size, and ``chunk_index`` / ``piece_index``, the rank's chunk that a kernel multiplies by the
+#: chunk's length itself (an offset passed as ``rank * chunk`` is a multiple of 16 on some ranks
+#: and not on others). Specialized (Triton does on 1 and on multiples of 16), they made the ranks
+#: of one world compile up to three variants of the same launch (rank 0, rank 1, the others).
+UNSPECIALIZED = DESC_ARGS + ("first_rank", "chunk_index", "piece_index")
 #: The words a description is published as: CODE's low 30 bits and its high bits, NUMEL, OFF_A,
 #: OFF_B, SHAPE, each shifted up by TAG_BITS to carry the epoch's low bits (every payload fits in 55 bits).
 DESC_SLOTS = 6
@@ -213,6 +215,11 @@ def _field_difference(field: int, mine: int, theirs: int, kind: int) -> tuple[st
     call of ``kind`` (a code of ``KINDS``: what its fields hold)."""
     if field == 0:
         a, b = decode(mine), decode(theirs)
+        # A collective of no elements is described by its name alone (it launches the barrier):
+        # against the same collective with elements, what differs is the element count.
+        empty = [d["dtype"] == "-" and d["collective"] != "barrier" and kind not in _FIELDS_OF for d in (a, b)]
+        if a["collective"] == b["collective"] and empty[0] != empty[1]:
+            return "element count", *(0 if e else "at least 1" for e in empty)
         for name in a:
             if a[name] != b.get(name):
                 if name == "on heap":

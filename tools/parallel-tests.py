@@ -18,6 +18,11 @@ file removed when it would be empty: ``@DIR/not-run.txt`` as the pytest argument
 Prints each job's summary line and the totals, counted from the tests' own lines (a stopped job
 may print no summary); exits 1 if any job failed, was stopped, or collected nothing it was given.
 
+Tests marked ``alone`` (a process killed while its kernel runs: under MPS that faults the CUDA
+context of every process on the GPU, so a parallel job's tests would fail with it) are held back
+and run after the parallel jobs, in one job of their own (``DIR/job-alone.log``), before the same
+``--timeout``.
+
 Under MPS, mind the server's client limit (48 clients a GPU since Volta): each job's session
 keeps one World per world size it ran (up to 1 + 2 + 3 + 4 = 10 processes with a CUDA context,
 11 with the session's own), and some tests launch ranks of their own (an iris-examples CLI test:
@@ -42,12 +47,15 @@ _REFUSED = "CUDA-capable device(s) is/are busy or unavailable"
 _COUNTS = re.compile(r"(\d+) (passed|failed|skipped|errors?|deselected|xfailed|xpassed)")
 
 
-def _collect(pytest_args: list[str]) -> list[str]:
+def _collect(pytest_args: list[str], marked: str | None = None) -> list[str]:
+    """The selection's test ids; ``marked``: only those with that marker (none is no error)."""
     quiet = _without_verbosity(pytest_args)  # one -q: one id a line
+    if marked is not None:
+        quiet = [*quiet, "-m", marked]  # with a -m of the caller's: pytest takes the last
     done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", *quiet],
                           capture_output=True, text=True)  # fmt: skip
     ids = [line for line in done.stdout.splitlines() if "::" in line and not line.startswith(" ")]
-    if done.returncode not in (0, 5) or not ids:
+    if done.returncode not in (0, 5) or not (ids or marked):
         sys.stderr.write(done.stdout[-4000:] + done.stderr[-4000:])
         raise SystemExit(f"collection failed (pytest exit {done.returncode}, {len(ids)} tests)")
     return ids
@@ -108,31 +116,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs < 1:
         parser.error("--jobs must be at least 1")
     ids = _collect(pytest_args)
-    shards = _deal(ids, args.jobs)
+    alone = [t for t in _collect(pytest_args, "alone") if t in ids]
+    shards = _deal([t for t in ids if t not in alone], args.jobs)
     os.makedirs(args.logs, exist_ok=True)
     for name in os.listdir(args.logs):  # an earlier run's logs would be read as this run's
-        if re.fullmatch(r"job-\d+\.log", name):
+        if re.fullmatch(r"job-(\d+|alone)\.log", name):
             os.remove(os.path.join(args.logs, name))
     options = ["-v", *_without_verbosity(_options(pytest_args))]  # -v: each test's outcome by id
-    jobs = []
-    for n, shard in enumerate(shards):
-        log = open(os.path.join(args.logs, f"job-{n}.log"), "w")
-        proc = subprocess.Popen([sys.executable, "-m", "pytest", *options, *shard], stdout=log,
-                                stderr=subprocess.STDOUT)  # fmt: skip
-        jobs.append((n, proc, log, shard))
-    print(f"{len(ids)} tests in {len(jobs)} jobs (logs in {args.logs}/)", flush=True)
+    print(f"{len(ids)} tests in {len(shards)} jobs" + (f", then {len(alone)} alone" if alone else "")
+          + f" (logs in {args.logs}/)", flush=True)  # fmt: skip
     start = time.monotonic()
-    stopped: set[int] = set()
-    while any(proc.poll() is None for _, proc, _, _ in jobs):
-        late = args.timeout is not None and time.monotonic() - start > args.timeout
-        for n, proc, _, _ in jobs:
-            if late and proc.poll() is None:
-                if n not in stopped:
-                    proc.send_signal(signal.SIGINT)  # pytest prints its summary and exits
-                    stopped.add(n)
-                elif time.monotonic() - start > args.timeout + 30:
-                    proc.kill()  # ignored SIGINT for 30 s
-        time.sleep(0.5)
+    stopped: set = set()
+    jobs = [_start(n, shard, options, args.logs) for n, shard in enumerate(shards)]
+    _wait(jobs, start, args.timeout, stopped)
+    if alone:
+        jobs.append(_start("alone", alone, options, args.logs))
+        _wait(jobs[-1:], start, args.timeout, stopped)
     totals: dict[str, int] = {}
     ok = True
     not_run: list[str] = []
@@ -161,6 +160,28 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{refused} jobs logged {_REFUSED!r}: under MPS, a new CUDA process past the server's "
               "client limit (48) gets that error; rerun the failed tests with fewer jobs")  # fmt: skip
     return 0 if ok else 1
+
+
+def _start(n, shard: list[str], options: list[str], logs: str):
+    """Job ``n``: a pytest process on ``shard``, its output in ``logs/job-<n>.log``."""
+    log = open(os.path.join(logs, f"job-{n}.log"), "w")
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", *options, *shard], stdout=log, stderr=subprocess.STDOUT)
+    return n, proc, log, shard
+
+
+def _wait(jobs: list, start: float, timeout: float | None, stopped: set) -> None:
+    """Until every job of ``jobs`` ended; past ``timeout`` seconds from ``start`` each gets SIGINT
+    (pytest prints its summary and exits; its number goes into ``stopped``), 30 s later SIGKILL."""
+    while any(proc.poll() is None for _, proc, _, _ in jobs):
+        late = timeout is not None and time.monotonic() - start > timeout
+        for n, proc, _, _ in jobs:
+            if late and proc.poll() is None:
+                if n not in stopped:
+                    proc.send_signal(signal.SIGINT)
+                    stopped.add(n)
+                elif time.monotonic() - start > timeout + 30:
+                    proc.kill()  # ignored SIGINT for 30 s
+        time.sleep(0.5)
 
 
 def _write_ids(path: str, chosen: list[str], ids: list[str], what: str) -> None:

@@ -23,7 +23,9 @@ import iris.ccl as ccl
 import iris.heap
 from iris.testing.processes import report, spawn
 
-pytestmark = pytest.mark.gpu
+# alone: under MPS, the kill while rank 1's kernel waits faults every process on the GPU, a parallel
+# job's included (tools/parallel-tests.py runs these tests after the others).
+pytestmark = [pytest.mark.gpu, pytest.mark.alone]
 
 HEAP_SIZE = 1 << 22
 TIMEOUT = 2.0  # heap.wait_timeout while rank 1 dies

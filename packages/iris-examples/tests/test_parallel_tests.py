@@ -1,6 +1,7 @@
 """tools/parallel-tests.py, the runner the GPU test runs use (BENCHMARKS.md): the files it writes
 decide what a later run repeats, so a test it loses or misfiles goes unrun on the GPU."""
 
+import json
 import os
 import subprocess
 import sys
@@ -59,3 +60,40 @@ def test_a_crashed_job_s_rest_is_not_run_and_failures_are_listed_for_a_rerun(tmp
     assert again.returncode == 0, again.stdout + again.stderr
     assert sorted(os.listdir(logs)) == ["job-0.log"]
     assert "not run" not in again.stdout and "jobs logged" not in again.stdout
+
+
+TIMED = """
+import json, os, time, pytest
+
+def _record(name, start):
+    with open(os.path.join(os.path.dirname(__file__), "times.jsonl"), "a") as f:
+        f.write(json.dumps([name, start, time.time()]) + "\\n")
+
+@pytest.mark.parametrize("n", range(4))
+def test_shared(n):
+    start = time.time()
+    time.sleep(0.3)
+    _record(f"shared{n}", start)
+
+@pytest.mark.alone
+@pytest.mark.parametrize("n", range(2))
+def test_kills(n):
+    start = time.time()
+    time.sleep(0.1)
+    _record(f"alone{n}", start)
+"""
+
+
+def test_tests_marked_alone_run_after_every_parallel_job_in_one_job(tmp_path):
+    """``alone`` tests (a process killed while its kernel runs, which under MPS faults every process
+    on the GPU) start only once every other test has ended, one after the other in job-alone."""
+    (tmp_path / "test_t.py").write_text(TIMED)
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    alone: runs by itself\n")
+    done = _run(tmp_path, str(TOOL), "--jobs", "2", "--logs", "logs", "--", "test_t.py", "-p", "no:cacheprovider")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "6 tests in 2 jobs, then 2 alone" in done.stdout and "total: 6 passed of 6 tests" in done.stdout, done.stdout
+    assert sorted(os.listdir(tmp_path / "logs")) == ["job-0.log", "job-1.log", "job-alone.log"]
+    lines = (tmp_path / "times.jsonl").read_text().splitlines()
+    times = {name: (start, end) for name, start, end in map(json.loads, lines)}
+    shared_end = max(end for name, (_, end) in times.items() if name.startswith("shared"))
+    assert times["alone0"][0] >= shared_end and times["alone1"][0] >= times["alone0"][1], times

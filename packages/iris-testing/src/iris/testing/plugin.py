@@ -34,6 +34,8 @@ _BACKEND = "IRIS_TEST_BACKEND"
 _MARKERS = (
     "gpu: needs a CUDA device (skipped without one)",
     "cpu_ranks: checks CPU execution under Triton's interpreter (skipped with a CUDA device)",
+    "alone: kills a process while its kernel runs, which under MPS faults every process sharing the GPU; "
+    "tools/parallel-tests.py runs these after the others, one at a time",
 )
 _SAVED = pytest.StashKey["str | None"]()  # TRITON_INTERPRET before this session set it
 _KNOWN = ("triton", "gluon")  # the device backends, in the order a session tests them

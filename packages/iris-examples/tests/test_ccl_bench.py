@@ -8,7 +8,7 @@ bandwidth of the devices the ranks run on, not one rank's share of it while the 
 import pytest
 import torch
 
-from iris.examples.ccl_bench import traffic
+from iris.examples.ccl_bench import copy_bytes, traffic
 from iris.testing.world import run
 
 
@@ -20,6 +20,19 @@ def test_traffic_is_each_input_read_once_and_each_output_written_once(w):
     assert traffic("all_reduce", n, w) == 2 * w * n
     assert traffic("all_to_all", n, w) == 2 * w * n
     assert traffic("broadcast", n, w) == w * n
+
+
+def test_the_roofline_copy_moves_what_the_collective_moves_through_a_device():
+    # 4 ranks, 1 MiB each: all_gather moves 4 + 16 MiB; on one shared GPU the copy is of 10 MiB
+    # (read and written), on a GPU per rank of a quarter of that. A roofline timed at 1 MiB (a
+    # launch-bound copy) once gave all_gather 1.57 times the hardware.
+    mib = 1 << 20
+    assert copy_bytes("all_gather", mib, 4, ranks_per_device=4) == 10 * mib
+    assert copy_bytes("all_gather", mib, 4) == 10 * mib // 4
+    assert copy_bytes("all_reduce", mib, 4) == mib  # each device reads and writes its own 1 MiB
+    assert copy_bytes("all_reduce", mib, 4, ranks_per_device=4) == 4 * mib
+    assert copy_bytes("reduce_scatter", mib, 2, ranks_per_device=2) == (2 * mib + 2 * (mib // 2)) // 2
+    assert copy_bytes("broadcast", 12, 4) == 4 and copy_bytes("all_reduce", 2, 1) == 4  # whole words, never 0
 
 
 def _roofline(rank, world_size):

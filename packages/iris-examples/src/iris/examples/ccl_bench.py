@@ -3,11 +3,15 @@
 For each collective (and all_reduce variant) and size per rank: the time per call on heap
 tensors (asynchronous calls, errors checked once after the timed loop), the effective
 memory traffic (the least that any algorithm must read and write, summed over ranks, below), and
-that traffic over the copy roofline: the bandwidth of ``torch.Tensor.copy_`` of the same size,
-timed on each device with the device to itself and summed over devices, in the same run
-(``copy_ roofline GB/s`` counts bytes read plus written). Ranks sharing one GPU share its
-bandwidth, so their roofline is that one GPU's copy rate (``heap.ranks_per_device`` says how many
-share each). Run ranks sharing a GPU under MPS.
+that traffic over the copy roofline: the bandwidth of ``torch.Tensor.copy_`` moving as many bytes
+through each device's memory as the collective must (``copy_bytes``: a copy of half of a device's
+share of the traffic, read once and written once), timed on each device with the device to itself
+and summed over devices, in the same run (``copy_ roofline GB/s`` counts bytes read plus written).
+A roofline timed at the input's size would flatter the collectives that move several times their
+input: all_gather of 1 MiB per rank moves 20 MiB at 4 ranks, where a 1 MiB copy is bound by its
+launch, and its ratio went past 1. Ranks sharing one GPU share its bandwidth, so their roofline is
+that one GPU's copy rate (``heap.ranks_per_device`` says how many share each). Run ranks sharing
+a GPU under MPS.
 Before the timed calls, every collective at every size is checked against torch once, on inputs
 whose sums are exact in fp32.
 
@@ -49,7 +53,8 @@ from .harness import environment, tables, timing, trace, validation
 from .harness.options import positive_int
 from .harness.units import format_bytes, size_type
 
-__all__ = ["COLLECTIVES", "SUMMARY", "add_arguments", "check_arguments", "expected", "rank_main", "report", "traffic"]
+__all__ = ["COLLECTIVES", "SUMMARY", "add_arguments", "check_arguments", "copy_bytes", "expected", "rank_main", "report",
+           "traffic"]  # fmt: skip
 
 SUMMARY = "iris.ccl collectives against the torch copy roofline (and NCCL where every rank has a GPU)"
 BACKENDS = ("triton", "gluon")
@@ -72,6 +77,14 @@ def traffic(name: str, n: int, w: int) -> int:
     if name == "broadcast":
         return n + (w - 1) * n  # the root's input read, w - 1 outputs written
     return 2 * n * w  # all_reduce, all_to_all: w inputs read, w outputs written
+
+
+def copy_bytes(name: str, n: int, w: int, ranks_per_device: int = 1) -> int:
+    """The size of the copy whose rate is the roofline of collective ``name`` (``n`` bytes per rank,
+    ``w`` ranks, ``ranks_per_device`` of them on this rank's device): half of what the collective
+    must move through the device's memory (``traffic`` per rank times the ranks it holds), since a
+    copy reads and writes each byte once; a multiple of 4 bytes, at least 4."""
+    return max(4, traffic(name, n, w) * ranks_per_device // w // 2 // 4 * 4)
 
 
 def copy_roofline(nbytes: int, heap, iters: int, reps: int = 1) -> float:
@@ -221,12 +234,18 @@ def _bandwidth_rows(heap, args, tracing, timed, nccl) -> tuple[list, list]:
     with tables.progress("ccl-bench", len(sizes) * len(args.collectives), enabled=heap.rank == 0) as bar:
         for nbytes in sizes:
             n = nbytes // 4
-            copy_bw = copy_roofline(nbytes, heap, args.iters, args.reps)
+            rooflines = {}  # by traffic, the same on every rank (each rank times its own device's copy)
             x = heap.empty(n)
             out = heap.empty(args.ranks * n)  # on the heap, as a user keeps it for speed: all_gather pushes
             part = torch.empty(n // args.ranks, device=heap.device)
             for name in args.collectives:
-                row, found = _collective_row(name, x, out, part, nbytes, heap, args, tracing, timed, copy_bw, nccl)
+                coll = name.partition(":")[0]
+                moved = traffic(coll, nbytes, args.ranks)
+                if moved not in rooflines:
+                    size = copy_bytes(coll, nbytes, args.ranks, heap.ranks_per_device)
+                    rooflines[moved] = copy_roofline(size, heap, args.iters, args.reps)
+                row, found = _collective_row(name, x, out, part, nbytes, heap, args, tracing, timed, rooflines[moved],
+                                             nccl)  # fmt: skip
                 mismatches += [found] if found is not None else []
                 rows.append(row)
                 bar.advance()

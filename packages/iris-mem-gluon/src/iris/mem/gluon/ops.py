@@ -13,8 +13,8 @@ read only through the names of ``iris.heap.context`` (ABI version 2).
 The same code runs compiled (NVIDIA and AMD) and on CPU ranks (inside :class:`iris.mem.gluon.interpret`).
 
 This module gathers them; each concept is a module of its own: ``accesses`` (translation and
-plain accesses), ``atomics``, ``errors`` (the device error record and ``healthy``), ``clock``
-(the device clock and the bound of a wait), ``wait`` (the bounded wait and ``barrier``). Triton's
+plain accesses), ``atomics``, ``bounded`` (what a bounded loop is written
+with: the device clock, the bound of a wait, the error record, ``healthy``), ``wait`` (the bounded wait and ``barrier``). Triton's
 and Gluon's internals are reached only through ``_internals`` (and the CPU execution it names)
 and ``iris.mem.common.target``.
 """
@@ -25,16 +25,14 @@ from iris.mem.common.target import InterpreterAtomicError
 
 from . import accesses as _accesses
 from . import atomics as _atomics
-from . import clock as _clock
-from . import errors as _errors
+from . import bounded as _bounded
 from . import wait as _wait
 from .accesses import *  # noqa: F403 - each section's public names (its __all__)
 from .atomics import *  # noqa: F403
-from .clock import *  # noqa: F403
-from .errors import *  # noqa: F403
-from .errors import _extensions, _record_if_closed  # noqa: F401 - context.py, tracing.py
+from .bounded import *  # noqa: F403
+from .bounded import _extensions, _record_if_closed  # noqa: F401 - context.py, tracing.py
 from .wait import *  # noqa: F403
 
-__all__ = [*_accesses.__all__, *_atomics.__all__, *_wait.__all__, *_clock.__all__, *_errors.__all__]
+__all__ = [*_accesses.__all__, *_atomics.__all__, *_wait.__all__, *_bounded.__all__]
 __all__ += ["InterpreterAtomicError"]
 

@@ -12,8 +12,7 @@ from iris.heap import context as _abi
 from iris.mem import common as _common
 
 from .accesses import _value_like
-from .clock import clock_ns, elapsed_ns, polls_per_clock, wait_timeout_ns
-from .errors import record_error
+from .bounded import clock_ns, elapsed_ns, polls_per_clock, record_error, wait_timeout_ns
 
 __all__ = ["wait", "barrier"]
 

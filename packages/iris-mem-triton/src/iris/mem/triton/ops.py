@@ -11,8 +11,8 @@ which they read only through the names of ``iris.heap.context`` (ABI version 2).
 The same code runs compiled and under ``TRITON_INTERPRET=1``.
 
 This module gathers them; each concept is a module of its own: ``accesses`` (translation and
-plain accesses), ``atomics``, ``errors`` (the device error record and ``healthy``), ``clock``
-(the device clock and the bound of a wait), ``wait`` (the bounded wait). Triton's internals are
+plain accesses), ``atomics``, ``bounded`` (what a bounded loop is written
+with: the device clock, the bound of a wait, the error record, ``healthy``), ``wait`` (the bounded wait). Triton's internals are
 reached only through ``_internals`` and ``iris.mem.common.target``.
 """
 
@@ -20,14 +20,12 @@ from __future__ import annotations
 
 from . import accesses as _accesses
 from . import atomics as _atomics
-from . import clock as _clock
-from . import errors as _errors
+from . import bounded as _bounded
 from . import wait as _wait
 from .accesses import *  # noqa: F403 - each section's public names (its __all__)
 from .atomics import *  # noqa: F403
-from .clock import *  # noqa: F403
-from .errors import *  # noqa: F403
-from .errors import _extensions, _record_if_closed  # noqa: F401 - context.py, tracing.py
+from .bounded import *  # noqa: F403
+from .bounded import _extensions, _record_if_closed  # noqa: F401 - context.py, tracing.py
 from .wait import *  # noqa: F403
 
-__all__ = [*_accesses.__all__, *_atomics.__all__, *_wait.__all__, *_clock.__all__, *_errors.__all__]
+__all__ = [*_accesses.__all__, *_atomics.__all__, *_wait.__all__, *_bounded.__all__]

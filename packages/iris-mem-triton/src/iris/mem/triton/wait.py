@@ -7,8 +7,7 @@ import triton
 import triton.language as tl
 from iris.heap import context as _abi
 
-from .clock import clock_ns, elapsed_ns, polls_per_clock, wait_timeout_ns
-from .errors import record_error
+from .bounded import clock_ns, elapsed_ns, polls_per_clock, record_error, wait_timeout_ns
 
 __all__ = ["wait"]
 

@@ -1,22 +1,25 @@
-"""Device errors: the error record a bounded loop writes (``record_error``) and the answer every
-thread of a program agrees on (``healthy``), read through the context's extensions."""
+"""What a bounded loop is written with: the device clock and the bound of a wait (``clock_ns``,
+``wait_timeout_ns``, ``elapsed_ns``, ``polls_per_clock``), the error record a loop writes when it
+gives up (``record_error``), and the answer every thread of a program agrees on (``healthy``), all
+read through the context's extensions."""
 
 from __future__ import annotations
 
 import triton
 import triton.language as tl
 from iris.heap import context as _abi
+from iris.mem import common as _common
 from iris.mem.common.target import target_builtin
 
+from ._internals import clock_ns_asm as _clock_ns
 
-__all__ = ["record_error", "healthy"]
+__all__ = ["record_error", "healthy", "clock_ns", "wait_timeout_ns", "elapsed_ns", "polls_per_clock"]
 
 
 @triton.jit
 def _extensions(context_ptr):
     """Where the context's extensions start: right after the W heap bases."""
     return context_ptr + _abi.BASES_INDEX + tl.load(context_ptr + _abi.WORLD_SIZE_INDEX)
-
 
 
 @target_builtin
@@ -84,3 +87,54 @@ def _record_if_closed(context_ptr, world_size):
     """Record ERROR_HEAP_CLOSED when the context is a closed heap's (one scalar load otherwise)."""
     if tl.load(context_ptr + _abi.BASES_INDEX + world_size + _abi.EXT_STATUS) == _abi.STATUS_CLOSED:
         record_error(context_ptr, _abi.ERROR_HEAP_CLOSED, 0, 0, -1, 0)
+
+
+# -- the clock and the bound of a wait --------------------------------------------------------------
+
+
+@triton.jit
+def clock_ns():
+    """Nanoseconds of the device clock, an int64 scalar: for durations, not for dates.
+
+    NVIDIA: ``%globaltimer``; AMD: ``s_memrealtime`` (100 MHz, scaled to nanoseconds); CPU ranks:
+    the host's ``time.monotonic_ns()``. The clock a bounded ``wait`` measures its bound with.
+    """
+    return _clock_ns()
+
+
+@triton.jit
+def wait_timeout_ns(context_ptr):
+    """The bound of a device-side wait (``heap.wait_timeout``), int64 nanoseconds of ``clock_ns``.
+
+    For layers that write their own bounded loops (polling more than flags), so that they give up
+    no sooner than ``wait`` does and without reading the context's layout themselves.
+    """
+    return tl.load(_extensions(context_ptr) + _abi.EXT_WAIT_TIMEOUT_NS)
+
+
+@target_builtin
+def polls_per_clock(target):
+    """Polls of a bounded wait between two readings of ``elapsed_ns`` (a constexpr): compiled,
+    ``iris.mem.common.POLLS_PER_CLOCK``; on CPU ranks (the interpreter calls it without the code
+    generator's semantic), 1. For layers' own bounded loops: ``if polls % polls_per_clock() == 0:``
+    keeps every warp on the same branch (the poll count is the same on every thread)."""
+    return 1 if target is None else _common.POLLS_PER_CLOCK
+
+
+#: What a thread that saw an error contributes to ``elapsed_ns``'s reduction (no wait is this long).
+_ERRORED = tl.constexpr(2**62)
+
+
+@triton.jit
+def elapsed_ns(context_ptr, start):
+    """Nanoseconds of ``clock_ns`` since ``start`` (a ``clock_ns()`` of this program), or -1 once
+    the context holds an error: the same answer on every thread of the program.
+
+    For bounded loops (``wait``'s, and layers' own that poll more than flags): a condition on it
+    keeps every warp on the same branch. Each thread reads the clock and the error word; one
+    reduction gives every thread the longest time any read (so a bound is never met sooner than
+    by a thread's own clock), or -1 when any saw an error.
+    """
+    waited = tl.where(_no_error(_extensions(context_ptr)), clock_ns() - start, _ERRORED)
+    agreed = _program_max(waited)
+    return tl.where(agreed >= _ERRORED, -1, agreed)

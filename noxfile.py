@@ -19,6 +19,7 @@ import functools
 import json
 import os
 import shutil
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,7 +44,10 @@ TRITON_OLDEST, TRITON_NEWEST = "3.6.0", "3.9.0"
 # folder into each test session beside the layer, and a dependency of no layer.
 TEST_SUPPORT = "iris-testing"
 
-nox.options.default_venv_backend = "virtualenv"
+# uv when it is installed (the README's commands install it beside nox): it makes each of the
+# ~20 sessions' environments from its cache in about a second, where pip unpacks torch and triton
+# again for every session (25-30 s each on CI's 2 cores). virtualenv and pip otherwise.
+nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.reuse_existing_virtualenvs = False
 nox.options.error_on_missing_interpreters = True
 
@@ -84,9 +88,26 @@ def _install(session: nox.Session, layer: Layer, triton: str | None, extras: str
 
 
 def _pip_install(session: nox.Session, *args: str) -> None:
-    # --no-compile: byte-compiling all of torch at install time doubles the install (12 s -> 23 s on
-    # 2 cores); Python compiles the few modules a session imports on first use instead.
+    # --no-compile: byte-compiling all of torch at install time doubles a pip install (12 s -> 23 s
+    # on 2 cores); Python compiles the few modules a session imports on first use instead.
+    if session.venv_backend == "uv":  # uv reads no pip configuration: pass on pip's wheel folders
+        args = (*(a for folder in _pip_find_links() for a in ("--find-links", folder)), *args)
     session.install("--no-compile", *args)
+
+
+@functools.cache
+def _pip_find_links() -> tuple[str, ...]:
+    """The wheel folders pip is configured to look in (``PIP_FIND_LINKS``, pip.conf's ``find-links``).
+
+    The CPU build of torch that constraints-cpu.txt names lies in one of them on the CI machines;
+    PyPI has only the CUDA build, so without them a uv install fails to resolve rather than
+    download gigabytes."""
+    listed = subprocess.run(
+        [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, check=False
+    ).stdout.splitlines()
+    values = [line.split("=", 1)[1].strip("'\"") for line in listed if line.split("=", 1)[0].endswith(".find-links")]
+    values.append(os.environ.get("PIP_FIND_LINKS", ""))
+    return tuple(dict.fromkeys(folder for value in values for folder in value.split()))
 
 
 def _discard_venv(session: nox.Session) -> None:
@@ -194,7 +215,7 @@ def _wheel_dir(session: nox.Session) -> Path:
     return (session.cache_dir / "wheels").resolve()  # absolute: the checks run from a temp dir
 
 
-@nox.session
+@nox.session(venv_backend="virtualenv")  # pip wheel: a uv environment has no pip
 @_discarding
 def wheels(session: nox.Session) -> None:
     """Build the wheel of every distribution into one folder, the one the install sessions use."""

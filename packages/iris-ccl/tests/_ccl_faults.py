@@ -744,8 +744,9 @@ def soak(rank, world_size, backend, seed: int, count: int, skip_rate: float, ski
             settle(heap)
             if err is None:
                 err = raised(heap.check_device_errors)
-            assert is_skip_error(summary(err), call.skipper, w), (
-                f"{what}, skipped by rank {call.skipper}: raised {summary(err)}"
+            got = summary(err)
+            assert is_skip_error(got, call.skipper, w) or came_late(got, call.skipper, rank), (
+                f"{what}, skipped by rank {call.skipper}: raised {got}"
             )
             stats["reported"] += 1
         dist.barrier()  # the others have given up
@@ -756,6 +757,16 @@ def soak(rank, world_size, backend, seed: int, count: int, skip_rate: float, ski
     heap.check_symmetry()
     stats["seconds"] = round(time.monotonic() - t_start, 1)
     return dict(stats)
+
+
+def came_late(err: dict | None, skipper: int, rank: int) -> bool:
+    """What a rank that made the skipped collective raises when it reached the call only after a peer
+    had given up on the skipper (here: its kernel still compiling when the bound passed, which on a
+    GPU's cold cache takes longer than the soak's half second, since each rank's launch shape is its
+    own): abandoned by a rank that made the call, with no missing rank of its own to name, since
+    every rank it could have waited for had given up or never came."""
+    return (err is not None and err["type"] == "CollectiveAbandonedError" and err["missing_rank"] == -1
+            and err["abandoned_by"] not in (skipper, rank, -1))  # fmt: skip
 
 
 def is_skip_error(err: dict | None, skipper: int, world_size: int) -> bool:

@@ -296,8 +296,9 @@ def test_random_collectives_with_injected_skips_match_torch(world, backend, worl
     """``count`` random collectives (kind, variant, dtype, shape of 1-300 elements, op, heap or plain
     tensors, blocking or not; each rank's block size and programs its own) equal torch's results
     with every guard intact (1000 over the three world sizes); besides them, about 4% of the
-    draws are skipped by a random rank, and each such fault is raised on every other rank, after
-    which reset() on every rank lets the soak go on."""
+    draws are skipped by a random rank, and each such fault is raised on every other rank (naming
+    the skipper, or, for a rank that reached the call after a peer gave up, abandoned by that peer:
+    ``_ccl_faults.came_late``), after which reset() on every rank lets the soak go on."""
     results = world.run(F.soak, world_size, backend, 20_000 + world_size, count, 0.04, 0.5)
     assert all(stats["calls"] == count for stats in results), results
     faults = results[0].get("faults", 0)

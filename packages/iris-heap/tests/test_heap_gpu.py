@@ -16,8 +16,9 @@ def _cuda_ipc(rank, world_size):
     x = heap.full((1 << 16,), float(rank), dtype=torch.float32)
     sync(heap)
     for r in range(world_size):
-        assert torch.equal(heap.peer(x, r), torch.full_like(x, float(r)))
-    heap.peer(x, (rank + 1) % world_size).add_(100)
+        assert torch.equal(heap.peer(x, r), torch.full_like(x, float(r))), f"rank {rank} reads rank {r}'s heap"
+    sync(heap)  # every rank has read every heap before any rank writes a peer's
+    heap.peer(x, (rank + 1) % world_size).add_(100)  # written by the previous rank, read here
     sync(heap)
     assert torch.equal(x, torch.full_like(x, float(rank) + 100))
     free, _ = torch.cuda.mem_get_info(heap.device)

@@ -19,7 +19,7 @@ import os
 import random
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.distributed as dist
@@ -653,12 +653,12 @@ class Call:
     stacked: bool  # all_gather's out as (W, *shape) rather than (W * shape[0], ...)
     src: int
     blocking: bool
-    seed: int
-    skipper: int | None  # the rank that skips this call (an injected fault), or None
+    seed: int = 0  # of the call's data (``sample``)
+    skipper: int | None = None  # the rank that skips this call (an injected fault), or None
 
 
-def draw(rng: random.Random, w: int, skip_rate: float) -> Call:
-    """The next call, the same on every rank (every rank's ``rng`` has the same seed)."""
+def draw(rng: random.Random, w: int) -> Call:
+    """A call configuration, the same on every rank (every rank's ``rng`` has the same seed)."""
     kind = rng.choices(_KINDS, _WEIGHTS)[0]
     dtype = rng.choice(REDUCIBLE if kind in ("all_reduce", "reduce_scatter") else HEAP_DTYPES)
     if kind in ("reduce_scatter", "all_to_all"):
@@ -671,8 +671,7 @@ def draw(rng: random.Random, w: int, skip_rate: float) -> Call:
         kind=kind, dtype=dtype, shape=shape, op=rng.choice(ops_for(dtype)),
         variant=rng.choice(("auto", "one_shot", "two_shot", "rs_ag")), heap_in=rng.random() < 0.5,
         heap_out=rng.random() < 0.5, stacked=rng.random() < 0.3, src=rng.randrange(w),
-        blocking=rng.random() < 0.5, seed=rng.getrandbits(30),
-        skipper=rng.randrange(w) if rng.random() < skip_rate else None,
+        blocking=rng.random() < 0.5,
     )  # fmt: skip
 
 
@@ -700,24 +699,37 @@ def _prepare(call: Call, mem: Guarded, rank: int, w: int, launch: dict, backend)
     return (lambda: ccl.all_to_all(out, inp, config=c)), out, want, True
 
 
+#: How many call configurations a soak draws its calls from.
+SOAK_MENU = 32
+
+
 def soak(rank, world_size, backend, seed: int, count: int, skip_rate: float, skip_timeout: float):
     """Random collectives until ``count`` of them were checked against torch; besides those, some
     (``skip_rate`` of the draws) are skipped by a random rank: the others must raise, then every
-    rank calls reset() and goes on. Each rank's launch shape (block size, programs) is its own
-    random choice: it is not part of what ranks agree on. Between faults the ranks never meet on
-    the host. The first wrong result raises at once (the next calls would only hang behind it);
-    returns the counts."""
+    rank calls reset() and goes on. The calls come from a menu of ``SOAK_MENU`` configurations
+    (``draw``: kind, variant, dtype, shape, op, heap or plain tensors, blocking or not), each
+    drawn again and again with new data, as a program repeats its collectives; so a GPU compiles
+    each configuration's kernels once, not once per call (1148 distinct specializations for the
+    three world sizes when every call was drawn anew, minutes of compiling on a cold cache). Each
+    rank's launch shape (block size, programs) for each configuration is its own random choice:
+    it is not part of what ranks agree on. Between faults the ranks never meet on the host. The
+    first wrong result raises at once (the next calls would only hang behind it); returns the
+    counts."""
     heap = iris.heap.init(HEAP_SIZE)
     heap.wait_timeout = QUIET
     w = world_size
     shared, own = random.Random(seed), random.Random(seed * 1000 + rank)
+    menu = [draw(shared, w) for _ in range(SOAK_MENU)]
+    launches = [{"block_size": own.choice((32, 64, 128)), "num_programs": own.choice((1, 2))} for _ in menu]
     stats: Counter = Counter()
     t_start = time.monotonic()
     i = -1
     while stats["calls"] < count:
         i += 1
-        call = draw(shared, w, skip_rate)
-        launch = {"block_size": own.choice((32, 64, 128)), "num_programs": own.choice((1, 2))}
+        entry = shared.randrange(SOAK_MENU)
+        skipper = shared.randrange(w) if shared.random() < skip_rate else None
+        call = replace(menu[entry], seed=shared.getrandbits(30), skipper=skipper)
+        launch = launches[entry]
         mem = Guarded(heap)
         fn, result, want, exact = _prepare(call, mem, rank, w, launch, backend)
         what = f"rank {rank}, call {i} ({stats['calls']} checked, {stats['faults']} faults): {call}, {launch}"

@@ -293,9 +293,10 @@ def test_every_collective_handles_every_accepted_dtype_as_torch_does(world, back
 @pytest.mark.soak
 @pytest.mark.parametrize("world_size,count", [(2, 500), (3, 330), (4, 170)])
 def test_random_collectives_with_injected_skips_match_torch(world, backend, world_size, count):
-    """``count`` random collectives (kind, variant, dtype, shape of 1-300 elements, op, heap or plain
-    tensors, blocking or not; each rank's block size and programs its own) equal torch's results
-    with every guard intact (1000 over the three world sizes); besides them, about 4% of the
+    """``count`` random collectives (from a menu of 32 random configurations per world size: kind,
+    variant, dtype, shape of 1-300 elements, op, heap or plain tensors, blocking or not; each
+    rank's block size and programs its own; new data each call) equal torch's results with every
+    guard intact (1000 over the three world sizes); besides them, about 4% of the
     draws are skipped by a random rank, and each such fault is raised on every other rank (naming
     the skipper, or, for a rank that reached the call after a peer gave up, abandoned by that peer:
     ``_ccl_faults.came_late``), after which reset() on every rank lets the soak go on."""

@@ -5,7 +5,7 @@ import gc
 
 import pytest
 import torch
-from _ranks import on_ranks, sync
+from _ranks import on_ranks, shares_one_gpu, sync
 
 import iris.heap
 
@@ -17,21 +17,7 @@ def _heap(size=1 << 24):
 
 
 def _shares_one_gpu(rank, world_size):
-    heap = _heap()
-    assert heap.transport_name == "cuda-vmm" and heap.device.type == "cuda"
-    assert heap.transport.mapped_size == 1 << 24
-    x = heap.full((1 << 16,), float(rank), dtype=torch.float32)
-    sync(heap)
-    for r in range(world_size):
-        assert torch.equal(heap.peer(x, r), torch.full_like(x, float(r))), f"rank {rank} reads rank {r}'s heap"
-    sync(heap)  # every rank has read every heap before any rank writes a peer's
-    heap.peer(x, (rank + 1) % world_size).add_(100)  # written by the previous rank, read here
-    sync(heap)
-    assert torch.equal(x, torch.full_like(x, float(rank) + 100))
-    assert torch.count_nonzero(heap.empty((1 << 20,), dtype=torch.uint8)) == 0, "a new heap's bytes are zero"
-    free, _ = torch.cuda.mem_get_info(heap.device)
-    with pytest.raises(iris.heap.HeapExhaustedError, match="bytes free"):
-        _heap(free * 2)
+    shares_one_gpu(rank, world_size, "cuda-vmm", "cuda-vmm")
 
 
 test_cuda_vmm_heap_shares_one_gpu = on_ranks(_shares_one_gpu, [1, 2, 4])

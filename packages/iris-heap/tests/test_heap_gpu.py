@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from _ranks import new_heap, on_ranks, sync
+from _ranks import on_ranks, shares_one_gpu, sync
 
 import iris.heap
 
@@ -10,20 +10,7 @@ pytestmark = pytest.mark.gpu
 
 
 def _cuda_ipc(rank, world_size):
-    heap = new_heap(1 << 24)
-    assert heap.transport_name == "cuda-ipc" and heap.device.type == "cuda"
-    assert heap.transport.mapped_size == 1 << 24
-    x = heap.full((1 << 16,), float(rank), dtype=torch.float32)
-    sync(heap)
-    for r in range(world_size):
-        assert torch.equal(heap.peer(x, r), torch.full_like(x, float(r))), f"rank {rank} reads rank {r}'s heap"
-    sync(heap)  # every rank has read every heap before any rank writes a peer's
-    heap.peer(x, (rank + 1) % world_size).add_(100)  # written by the previous rank, read here
-    sync(heap)
-    assert torch.equal(x, torch.full_like(x, float(rank) + 100))
-    free, _ = torch.cuda.mem_get_info(heap.device)
-    with pytest.raises(iris.heap.HeapExhaustedError, match="bytes free"):
-        iris.heap.init(free * 2)
+    shares_one_gpu(rank, world_size, "auto", "cuda-ipc")  # what "auto" picks on a GPU
 
 
 test_cuda_ipc_heap_shares_one_gpu = on_ranks(_cuda_ipc, [1, 2, 4])

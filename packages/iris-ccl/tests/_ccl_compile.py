@@ -25,7 +25,6 @@ _REDUCE_FLAGS = {
     "BLOCK": "constexpr",
     "SCOPE": "constexpr",
     "TRACE": "constexpr",
-    "STAGED": "constexpr",
 }
 
 
@@ -58,29 +57,30 @@ def cases(K):
             "TRACE": False,
         }
         sig = {**_HEAD, "src": f"*{dt}", "dst": f"*{dt}", "N": "i32", "chunk_index": "i32", "chunk": "i32",
-               "user": f"*{dt}"}  # fmt: skip
-        # one_shot (every element, local dst), two_shot (pushed), rs_ag's first half, reduce_scatter;
-        # the first two also staged inside the kernel (a small tensor off the heap)
-        for push, chunked, staged in [(False, True, 0), (True, True, 0), (False, False, 0), (False, True, 1),
-                                      (True, True, 2)]:  # fmt: skip
-            out.append((f"reduce {dt} op{op} push={push} chunked={chunked} staged={staged}", K.reduce_kernel,
-                        {**sig, "PUSH": "constexpr", "DST_CHUNKED": "constexpr", **_REDUCE_FLAGS},
-                        {"PUSH": push, "DST_CHUNKED": chunked, "STAGED": staged, **flags}))  # fmt: skip
+               "user": f"*{dt}", "staged": "i32"}  # fmt: skip
+        # one_shot (every element, local dst), two_shot (pushed), rs_ag's first half and reduce_scatter;
+        # staging inside the kernel (a small tensor off the heap) is the runtime argument ``staged``, the
+        # two-shot's copy back the constexpr ``COPY_BACK``
+        for push, chunked, back in [(False, True, False), (True, True, False), (False, False, False),
+                                    (True, True, True)]:  # fmt: skip
+            out.append((f"reduce {dt} op{op} push={push} chunked={chunked}" + " copy_back" * back, K.reduce_kernel,
+                        {**sig, "PUSH": "constexpr", "DST_CHUNKED": "constexpr", "COPY_BACK": "constexpr",
+                         **_REDUCE_FLAGS},
+                        {"PUSH": push, "DST_CHUNKED": chunked, "COPY_BACK": back, **flags}))  # fmt: skip
     for dt in ("u8", "i16", "i32", "i64"):
         ints = {k: "i32" for k in "piece dst_numel src_stride piece_index dst_stride first_rank".split()}
         tail = {"FLAGS": "constexpr", "BLOCK": "constexpr", "SCOPE": "constexpr", "TRACE": "constexpr"}
-        for staged in (0, 1):  # 1: a small input off the heap, copied into the staging by the kernel
-            out.append((f"gather {dt}" + " staged" * staged, K.gather_kernel,
-                        {**_HEAD, "src": f"*{dt}", "dst": f"*{dt}", **ints, "user": f"*{dt}", "user_numel": "i32",
-                         "RANKS": "constexpr", **tail, "STAGED": "constexpr"},
-                        {"RANKS": 4, "FLAGS": 4, "BLOCK": 4096, "SCOPE": "sys", "TRACE": False, "STAGED": staged}))  # fmt: skip
+        out.append((f"gather {dt}", K.gather_kernel,
+                    {**_HEAD, "src": f"*{dt}", "dst": f"*{dt}", **ints, "user": f"*{dt}", "user_numel": "i32",
+                     "staged": "i32", "RANKS": "constexpr", **tail},
+                    {"RANKS": 4, "FLAGS": 4, "BLOCK": 4096, "SCOPE": "sys", "TRACE": False}))  # fmt: skip
         out.append((f"push {dt}", K.push_kernel, {**_HEAD, "src": f"*{dt}", "dst": f"*{dt}", "n": "i32",
                     "chunk_index": "i32", "W": "constexpr", **tail}, {"W": 4, "FLAGS": 4, "BLOCK": 4096, "SCOPE": "sys", "TRACE": False}))  # fmt: skip
     # Config(trace=True): one of each kernel with its phases recorded
-    traced = {"barrier", "reduce bf16 op1 push=True chunked=True staged=0", "gather i32", "push i16"}
+    traced = {"barrier", "reduce bf16 op1 push=True chunked=True", "gather i32", "push i16"}
     out += [(f"{label} traced", fn, sig, {**c, "TRACE": True}) for label, fn, sig, c in out if label in traced]
     # every rank on one device: the protocol's atomics at gpu scope (iris.ccl.workspace)
-    one_device = {"barrier", "reduce fp32 op0 push=True chunked=True staged=0", "gather i32 staged"}
+    one_device = {"barrier", "reduce fp32 op0 push=True chunked=True", "gather i32"}
     out += [(f"{label} gpu scope", fn, sig, {**c, "SCOPE": "gpu"}) for label, fn, sig, c in out if label in one_device]
     return out
 

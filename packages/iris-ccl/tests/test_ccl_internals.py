@@ -11,9 +11,9 @@ from iris.ccl import _internals, _triton_kernels
 
 GPU = torch.cuda.is_available()
 _GATHER = ["context_ptr", "sync", "CODE", "NUMEL", "OFF_A", "OFF_B", "SHAPE", "src", "dst", "piece", "dst_numel",
-           "src_stride", "piece_index", "dst_stride", "first_rank", "user", "user_numel", "RANKS", "FLAGS", "BLOCK",
-           "SCOPE", "TRACE", "STAGED"]  # fmt: skip
-_CONSTEXPRS = {"RANKS", "FLAGS", "BLOCK", "SCOPE", "TRACE", "STAGED"}
+           "src_stride", "piece_index", "dst_stride", "first_rank", "user", "user_numel", "staged", "RANKS", "FLAGS",
+           "BLOCK", "SCOPE", "TRACE"]  # fmt: skip
+_CONSTEXPRS = {"RANKS", "FLAGS", "BLOCK", "SCOPE", "TRACE"}
 
 
 # -- torch ------------------------------------------------------------------------------------------

@@ -81,11 +81,11 @@ def _copy_all(dst, src, N, BLOCK: gl.constexpr, L: gl.constexpr):
 
 
 @gluon.jit
-def _stage_in(staging, user, n, STAGED: gl.constexpr, BLOCK: gl.constexpr, L: gl.constexpr):
-    """A staged launch (``STAGED``, one program): ``user`` (a tensor off the heap) into this rank's
+def _stage_in(staging, user, n, staged, BLOCK: gl.constexpr, L: gl.constexpr):
+    """A staged launch (``staged`` not 0, one program): ``user`` (a tensor off the heap) into this rank's
     ``staging`` before the entry publishes it. The staging is this rank's own until then: the last
     call's exit saw every peer done with it."""
-    if STAGED:
+    if staged != 0:
         _copy_all(staging, user, n, BLOCK, L)
         img.barrier()  # every thread's part is written before program 0's release publishes it
 
@@ -103,16 +103,16 @@ def barrier_kernel(
 
 @proto.kernel
 def reduce_kernel(
-    context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, src, dst, N, chunk_index, chunk, user,
-    PUSH: gl.constexpr, DST_CHUNKED: gl.constexpr,
+    context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, src, dst, N, chunk_index, chunk, user, staged,
+    PUSH: gl.constexpr, DST_CHUNKED: gl.constexpr, COPY_BACK: gl.constexpr,
     W: gl.constexpr, OP: gl.constexpr, ACC_F32: gl.constexpr, IS_FLOAT: gl.constexpr, FLAGS: gl.constexpr, BLOCK: gl.constexpr,
-    SCOPE: gl.constexpr, TRACE: gl.constexpr, STAGED: gl.constexpr,
+    SCOPE: gl.constexpr, TRACE: gl.constexpr,
 ):  # fmt: skip
     """Reduce elements [start, min(start + chunk, N)) of src over ranks, start = chunk_index * chunk;
-    ``STAGED``: copy ``user`` in before the entry (and back after the exit) in this one program (see
-    _triton_kernels)."""
+    ``staged``: copy ``user`` in before the entry (``COPY_BACK``: and back after the exit) in this one
+    program (see _triton_kernels)."""
     L: gl.constexpr = proto.tile_layout(BLOCK, gl.num_warps(), src.dtype.element_ty)
-    _stage_in(src, user, N, STAGED, BLOCK, L)
+    _stage_in(src, user, N, staged, BLOCK, L)
     ctx, tr, epoch, go = proto.begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, FLAGS, SCOPE, TRACE)
     # The chunk's first element, from its index: rank r's start (r * chunk) is then known to be a
     # multiple of 16 wherever chunk is, so every rank runs the same specialization; int64, as
@@ -141,7 +141,7 @@ def reduce_kernel(
         tr.record_end(tile)
         t += gl.num_programs(0)
     ok = proto.finish(ctx, tr, sync, epoch, go, FLAGS, SCOPE)
-    if STAGED == 2:
+    if COPY_BACK:
         img.barrier()  # the exit's acquire (by some threads) before every thread's reads
         if ok:  # after a failure the caller's tensor is left as it was (one program: _leave's answer)
             _copy_all(user, src, N, BLOCK, L)
@@ -150,15 +150,14 @@ def reduce_kernel(
 @proto.kernel
 def gather_kernel(
     context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, src, dst,
-    piece, dst_numel, src_stride, piece_index, dst_stride, first_rank, user, user_numel,
+    piece, dst_numel, src_stride, piece_index, dst_stride, first_rank, user, user_numel, staged,
     RANKS: gl.constexpr, FLAGS: gl.constexpr, BLOCK: gl.constexpr, SCOPE: gl.constexpr, TRACE: gl.constexpr,
-    STAGED: gl.constexpr,
 ):  # fmt: skip
     """For ranks r = first_rank, first_rank + 1, ... (RANKS of them, mod W): dst[r * dst_stride + i]
     = rank r's src[r * src_stride + piece_index * piece + i], for i < piece and r * dst_stride + i < dst_numel;
-    ``STAGED``: copy ``user`` into ``src`` first, in this one program (see _triton_kernels)."""
+    ``staged``: copy ``user`` into ``src`` first, in this one program (see _triton_kernels)."""
     L: gl.constexpr = proto.tile_layout(BLOCK, gl.num_warps(), src.dtype.element_ty)
-    _stage_in(src, user, user_numel, STAGED, BLOCK, L)
+    _stage_in(src, user, user_numel, staged, BLOCK, L)
     ctx, tr, epoch, go = proto.begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, FLAGS, SCOPE, TRACE)
     offset = piece_index.to(gl.int64) * piece  # as reduce_kernel's start: the same specialization on every rank
     t = gl.program_id(0)

@@ -77,11 +77,11 @@ def _copy_all(dst, src, N, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _stage_in(staging, user, n, STAGED: tl.constexpr, BLOCK: tl.constexpr):
-    """A staged launch (``STAGED``, one program): ``user`` (a tensor off the heap) into this rank's
+def _stage_in(staging, user, n, staged, BLOCK: tl.constexpr):
+    """A staged launch (``staged`` not 0, one program): ``user`` (a tensor off the heap) into this rank's
     ``staging`` before the entry publishes it. The staging is this rank's own until then: the last
     call's exit saw every peer done with it."""
-    if STAGED:
+    if staged != 0:
         _copy_all(staging, user, n, BLOCK)
         tl.debug_barrier()  # every thread's part is written before program 0's release publishes it
 
@@ -99,10 +99,10 @@ def barrier_kernel(
 
 @proto.kernel
 def reduce_kernel(
-    context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, src, dst, N, chunk_index, chunk, user,
-    PUSH: tl.constexpr, DST_CHUNKED: tl.constexpr,
+    context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, src, dst, N, chunk_index, chunk, user, staged,
+    PUSH: tl.constexpr, DST_CHUNKED: tl.constexpr, COPY_BACK: tl.constexpr,
     W: tl.constexpr, OP: tl.constexpr, ACC_F32: tl.constexpr, IS_FLOAT: tl.constexpr, FLAGS: tl.constexpr, BLOCK: tl.constexpr,
-    SCOPE: tl.constexpr, TRACE: tl.constexpr, STAGED: tl.constexpr,
+    SCOPE: tl.constexpr, TRACE: tl.constexpr,
 ):  # fmt: skip
     """Reduce elements [start, min(start + chunk, N)) of src over ranks (every rank's copy), where
     start = chunk_index * chunk.
@@ -112,12 +112,15 @@ def reduce_kernel(
     and no one but this rank touches its chunk) or only the local one (one_shot over every
     element, reduce_scatter and the reduce-scatter half of rs_ag over this rank's chunk).
 
-    ``STAGED`` (a launch of one program; ``iris.ccl.call.FOLD_BYTES``): ``src`` is the
-    staging of ``user``, a tensor off the heap, copied in here before the entry publishes it (1),
-    and also copied back into ``user`` after the exit (2: the two-shot, whose result lands in
-    every rank's staging). Otherwise ``user`` is not touched.
+    ``staged`` not 0 (``call.Staging``; a launch of one program, ``iris.ccl.call.FOLD_BYTES``):
+    ``src`` is the staging of ``user``, a tensor off the heap, copied in here before the entry
+    publishes it; ``COPY_BACK``: also copied back into ``user`` after the exit (the two-shot, whose
+    result lands in every rank's staging). Otherwise ``user`` is not touched. ``staged`` is a
+    runtime branch before the tile loop, which leaves the loop's registers as they were;
+    ``COPY_BACK`` stays a constexpr, since the copy after the loop keeps ``user`` and the exit's
+    answer live across it (on sm_90, 64 registers and 20 bytes of spills became 78 registers).
     """
-    _stage_in(src, user, N, STAGED, BLOCK)
+    _stage_in(src, user, N, staged, BLOCK)
     ctx, tr, epoch, go = proto.begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, FLAGS, SCOPE, TRACE)
     # The chunk's first element, from its index: rank r's start (r * chunk) is then known to be a
     # multiple of 16 wherever chunk is, so every rank runs the same specialization; int64, as
@@ -146,7 +149,7 @@ def reduce_kernel(
         tr.record_end(tile)
         t += tl.num_programs(0)
     ok = proto.finish(ctx, tr, sync, epoch, go, FLAGS, SCOPE)
-    if STAGED == 2:
+    if COPY_BACK:
         tl.debug_barrier()  # the exit's acquire (by some threads) before every thread's reads
         if ok:  # after a failure the caller's tensor is left as it was (one program: _leave's answer)
             _copy_all(user, src, N, BLOCK)
@@ -155,19 +158,18 @@ def reduce_kernel(
 @proto.kernel
 def gather_kernel(
     context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, src, dst,
-    piece, dst_numel, src_stride, piece_index, dst_stride, first_rank, user, user_numel,
+    piece, dst_numel, src_stride, piece_index, dst_stride, first_rank, user, user_numel, staged,
     RANKS: tl.constexpr, FLAGS: tl.constexpr, BLOCK: tl.constexpr, SCOPE: tl.constexpr, TRACE: tl.constexpr,
-    STAGED: tl.constexpr,
 ):  # fmt: skip
     """For ranks r = first_rank, first_rank + 1, ... (RANKS of them, mod W; unrolled, so their
     loads overlap): dst[r * dst_stride + i] = rank r's src[r * src_stride + piece_index * piece + i], for
     i < piece and r * dst_stride + i < dst_numel (all_gather by pulls, all_to_all, broadcast and
     the all-gather half of rs_ag).
 
-    ``STAGED`` (one program): ``src`` is the staging of ``user`` (``user_numel`` elements, a tensor
+    ``staged`` (one program): ``src`` is the staging of ``user`` (``user_numel`` elements, a tensor
     off the heap), copied in here before the entry publishes it.
     """
-    _stage_in(src, user, user_numel, STAGED, BLOCK)
+    _stage_in(src, user, user_numel, staged, BLOCK)
     ctx, tr, epoch, go = proto.begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, FLAGS, SCOPE, TRACE)
     offset = piece_index.to(tl.int64) * piece  # as reduce_kernel's start: the same specialization on every rank
     t = tl.program_id(0)

@@ -52,11 +52,11 @@ def kernels_of(backend: str, package: str = "iris.ccl"):
 
 
 class Staging:
-    """How a collective's kernel stages a tensor off the heap itself (its ``STAGED`` constexpr):
+    """How a collective's kernel stages a tensor off the heap itself (its ``staged`` argument):
     never (``NONE``: the tensor is on the heap, or ``copy_`` launches around the kernel stage it),
     into the staging before its entry (``IN``), or in and, after its exit, back out (``IN_AND_OUT``:
-    the two-shot all_reduce, whose result lands in every rank's staging). A staged kernel runs one
-    program (``FOLD_BYTES``)."""
+    the two-shot all_reduce, whose result lands in every rank's staging; its kernel's constexpr
+    ``COPY_BACK`` compiles the copy out). A staged kernel runs one program (``FOLD_BYTES``)."""
 
     NONE = 0
     IN = 1
@@ -120,7 +120,7 @@ class Call:
             self.plan.add_copy(dst, src, self.tensors)
 
     def source(self, flat: torch.Tensor) -> tuple[torch.Tensor, int]:
-        """``(buffer peers read, STAGED)`` for an input: ``flat`` itself if it is on the heap
+        """``(buffer peers read, staged)`` for an input: ``flat`` itself if it is on the heap
         (``Staging.NONE``); else its staging buffer, which the kernel fills itself (``Staging.IN``:
         ``folds``) or a copy here did (``Staging.NONE``)."""
         if self.heap.is_symmetric(flat):

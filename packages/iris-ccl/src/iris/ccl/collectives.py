@@ -110,23 +110,23 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", *, heap=None, config: Conf
         reduce = {"src": buf, "N": n, "user": data, **_reduce_flags(op, w, tensor.dtype)}  # user: if staged
         if variant == "one_shot":  # every element, from every rank's staged copy, into this rank's tensor
             call.launch(call.kernels.reduce_kernel, dst=data, chunk_index=0, chunk=n, PUSH=False, DST_CHUNKED=True,
-                        STAGED=Staging.IN if fold else Staging.NONE, **reduce)  # fmt: skip
+                        COPY_BACK=False, staged=Staging.IN if fold else Staging.NONE, **reduce)  # fmt: skip
             return tensor
         chunk = -(-n // w)
         if variant == "two_shot":  # chunk `rank`, in place, pushed into every rank's copy
             call.launch(call.kernels.reduce_kernel, dst=buf, chunk_index=heap.rank, chunk=chunk, PUSH=True, DST_CHUNKED=True,
-                    STAGED=Staging.IN_AND_OUT if fold else Staging.NONE, **reduce)  # fmt: skip
+                    COPY_BACK=fold, staged=Staging.IN_AND_OUT if fold else Staging.NONE, **reduce)  # fmt: skip
             if not in_place and not fold:
                 call.copy(data, buf)
             return tensor
         # rs_ag: reduce chunk `rank` into the workspace, then every rank reads every chunk.
         call.launch(call.kernels.reduce_kernel, dst=mid, chunk_index=heap.rank, chunk=chunk, PUSH=False, DST_CHUNKED=True,
-                STAGED=Staging.NONE, **reduce)  # fmt: skip
+                COPY_BACK=False, staged=Staging.NONE, **reduce)  # fmt: skip
         src, dst = words(mid), words(data)
         per = src.numel() // n  # words per element
         call.launch(call.kernels.gather_kernel, src=src, dst=dst, piece=chunk * per, dst_numel=n * per, src_stride=chunk * per,
                 piece_index=0, dst_stride=chunk * per, first_rank=heap.rank, RANKS=w, user=src, user_numel=0,
-                STAGED=Staging.NONE)  # fmt: skip
+                staged=Staging.NONE)  # fmt: skip
         return tensor
 
 
@@ -157,7 +157,7 @@ def all_gather(out: torch.Tensor, inp: torch.Tensor, *, heap=None, config: Confi
         src = words(src)
         m = src.numel()
         call.launch(call.kernels.gather_kernel, src=src, dst=words(out), piece=m, dst_numel=w * m, src_stride=0, piece_index=0,
-                dst_stride=m, first_rank=heap.rank, RANKS=w, user=words(data), user_numel=m, STAGED=staged)  # fmt: skip
+                dst_stride=m, first_rank=heap.rank, RANKS=w, user=words(data), user_numel=m, staged=staged)  # fmt: skip
         return out
 
 
@@ -176,7 +176,7 @@ def reduce_scatter(
         src, staged = call.source(data)
         call.describe(inp.numel(), src, op=op, dtype=inp.dtype, on_heap=(src is data,), layout=layout)
         call.launch(call.kernels.reduce_kernel, src=src, dst=flat(out), N=w * chunk, chunk_index=heap.rank, chunk=chunk,
-                user=data, PUSH=False, DST_CHUNKED=False, STAGED=staged, **_reduce_flags(op, w, inp.dtype))  # fmt: skip
+                user=data, PUSH=False, DST_CHUNKED=False, COPY_BACK=False, staged=staged, **_reduce_flags(op, w, inp.dtype))  # fmt: skip
         return out
 
 
@@ -196,7 +196,7 @@ def all_to_all(out: torch.Tensor, inp: torch.Tensor, *, heap=None, config: Confi
         c = src.numel() // w
         call.launch(call.kernels.gather_kernel, src=src, dst=words(out), piece=c, dst_numel=w * c, src_stride=0,
                 piece_index=heap.rank, dst_stride=c, first_rank=heap.rank, RANKS=w, user=words(data),
-                user_numel=w * c, STAGED=staged)  # fmt: skip
+                user_numel=w * c, staged=staged)  # fmt: skip
         return out
 
 
@@ -220,7 +220,7 @@ def broadcast(tensor: torch.Tensor, src: int, *, heap=None, config: Config | Non
         n = buf.numel()
         call.launch(call.kernels.gather_kernel, src=buf, dst=words(tensor), piece=n, dst_numel=n, src_stride=0, piece_index=0,
                 dst_stride=0, first_rank=src, RANKS=0 if heap.rank == src else 1, user=words(data), user_numel=n,
-                STAGED=staged)  # fmt: skip
+                staged=staged)  # fmt: skip
         return tensor
 
 

@@ -52,13 +52,13 @@ class LaunchShape:
         """Programs for a launch of ``kernel`` with ``arguments`` (by name; ``args`` and
         ``constexprs``: the same, as the kernel takes them).
 
-        One per tile at most; one for a kernel that stages its input itself (``STAGED``). On a GPU,
+        One per tile at most; one for a kernel that stages its input itself (``staged``). On a GPU,
         ``PROGRAMS_PER_SM`` per multiprocessor, at most as many as
         fit at once (``occupancy``), divided among the ranks that share the GPU: every program of
         every rank must be resident together, since they wait for one another.
         """
         over = TILED_OVER.get(kernel.__name__)
-        if over is None or constexprs.get("STAGED"):  # a staged kernel copies in (and out) in one program
+        if over is None or arguments.get("staged"):  # a staged kernel copies in (and out) in one program
             return 1
         tiles = max(1, -(-arguments[over] // self.block))
         if self.num_programs:

@@ -90,8 +90,13 @@ def _install(session: nox.Session, layer: Layer, triton: str | None, extras: str
 def _pip_install(session: nox.Session, *args: str) -> None:
     # --no-compile: byte-compiling all of torch at install time doubles a pip install (12 s -> 23 s
     # on 2 cores); Python compiles the few modules a session imports on first use instead.
-    if session.venv_backend == "uv":  # uv reads no pip configuration: pass on pip's wheel folders
-        args = (*(a for folder in _pip_find_links() for a in ("--find-links", folder)), *args)
+    if session.venv_backend == "uv":
+        # uv reads no pip configuration: pip's wheel folders are passed on. And uv caches a wheel by
+        # name and version, and a folder's build until its pyproject changes: this checkout's
+        # distributions are refreshed, else an install took a stale 0.2.0 of a sibling from an
+        # earlier run (the install sessions' file check caught it) and a test ran old code.
+        refresh = (a for p in PROJECTS.values() for a in ("--refresh-package", p.name))
+        args = (*(a for folder in _pip_find_links() for a in ("--find-links", folder)), *refresh, *args)
     session.install("--no-compile", *args)
 
 

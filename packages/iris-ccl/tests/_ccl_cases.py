@@ -546,8 +546,8 @@ def relaunch(rank, world_size, backend):
     code = protocol.describe("all_reduce", variant="two_shot", op="sum", dtype=x.dtype, on_heap=(True,))
     # reduce_kernel's arguments: the description's, src, dst, N, chunk_index (this rank), chunk, user, staged
     args = (heap.context, ws.sync, code, x.numel(), heap.offset(x), -1, 0, x, x, x.numel(), rank, chunk, x, 0)
-    consts = dict(PUSH=True, DST_CHUNKED=True, COPY_BACK=False, W=w, OP=0, ACC_F32=False, IS_FLOAT=True, FLAGS=flags, BLOCK=BLOCK,
-                  SCOPE=ws.scope, TRACE=False)  # fmt: skip
+    consts = dict(PUSH=True, DST_CHUNKED=True, COPY_BACK=False, W=w, OP=0, ACC_F32=False, IS_FLOAT=True, FLAGS=flags,
+                  BLOCK=BLOCK, SCOPE=ws.scope, TRACE=False)  # fmt: skip
     for i in range(3):  # the two_shot all_reduce's launch, three times with identical arguments
         x.fill_(float(rank + i))
         K.reduce_kernel[(2,)](*args, **consts)

@@ -117,8 +117,9 @@ def reduce_kernel(
     publishes it; ``COPY_BACK``: also copied back into ``user`` after the exit (the two-shot, whose
     result lands in every rank's staging). Otherwise ``user`` is not touched. ``staged`` is a
     runtime branch before the tile loop, which leaves the loop's registers as they were;
-    ``COPY_BACK`` stays a constexpr, since the copy after the loop keeps ``user`` and the exit's
-    answer live across it (on sm_90, 64 registers and 20 bytes of spills became 78 registers).
+    ``COPY_BACK`` stays a constexpr: as a runtime branch, the copy after the loop would keep
+    ``user`` and the exit's answer live across it (on sm_90 the two-shot's fp32 kernel needs 78
+    registers then, against 64, one program fewer per multiprocessor).
     """
     _stage_in(src, user, N, staged, BLOCK)
     ctx, tr, epoch, go = proto.begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, FLAGS, SCOPE, TRACE)

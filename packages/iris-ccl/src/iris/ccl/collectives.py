@@ -176,7 +176,8 @@ def reduce_scatter(
         src, staged = call.source(data)
         call.describe(inp.numel(), src, op=op, dtype=inp.dtype, on_heap=(src is data,), layout=layout)
         call.launch(call.kernels.reduce_kernel, src=src, dst=flat(out), N=w * chunk, chunk_index=heap.rank, chunk=chunk,
-                user=data, PUSH=False, DST_CHUNKED=False, COPY_BACK=False, staged=staged, **_reduce_flags(op, w, inp.dtype))  # fmt: skip
+                user=data, PUSH=False, DST_CHUNKED=False, COPY_BACK=False, staged=staged,
+                **_reduce_flags(op, w, inp.dtype))  # fmt: skip
         return out
 
 

@@ -13,9 +13,9 @@ read only through the names of ``iris.heap.context`` (ABI version 2).
 The same code runs compiled (NVIDIA and AMD) and on CPU ranks (inside :class:`iris.mem.gluon.interpret`).
 
 This module gathers them; each concept is a module of its own: ``accesses`` (translation and
-plain accesses), ``atomics``, ``bounded`` (what a bounded loop is written
-with: the device clock, the bound of a wait, the error record, ``healthy``), ``wait`` (the bounded wait and ``barrier``). Triton's
-and Gluon's internals are reached only through ``_internals`` (and the CPU execution it names)
+plain accesses), ``atomics``, ``bounded`` (what a bounded loop is written with: the device
+clock, the bound of a wait, the error record, ``healthy``), ``wait`` (the bounded wait and
+``barrier``). Triton's and Gluon's internals are reached only through ``_internals`` (and the CPU execution it names)
 and ``iris.mem.common.target``.
 """
 

@@ -11,9 +11,9 @@ which they read only through the names of ``iris.heap.context`` (ABI version 2).
 The same code runs compiled and under ``TRITON_INTERPRET=1``.
 
 This module gathers them; each concept is a module of its own: ``accesses`` (translation and
-plain accesses), ``atomics``, ``bounded`` (what a bounded loop is written
-with: the device clock, the bound of a wait, the error record, ``healthy``), ``wait`` (the bounded wait). Triton's internals are
-reached only through ``_internals`` and ``iris.mem.common.target``.
+plain accesses), ``atomics``, ``bounded`` (what a bounded loop is written with: the device
+clock, the bound of a wait, the error record, ``healthy``), ``wait`` (the bounded wait).
+Triton's internals are reached only through ``_internals`` and ``iris.mem.common.target``.
 """
 
 from __future__ import annotations

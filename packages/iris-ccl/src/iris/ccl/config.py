@@ -41,6 +41,12 @@ def check_power_of_two(name: str, value, low: int, high: int) -> None:
         raise ValueError(f"{name} must be a power of two in [{low}, {high}], got {value!r}")
 
 
+def check_range(name: str, value, low: int, high: int) -> None:
+    """Field ``name`` is None (the default) or an int in [low, high]."""
+    if value is not None and (not _is_int(value) or not low <= value <= high):
+        raise ValueError(f"{name} must be an int in [{low}, {high}], got {value!r}")
+
+
 def check_flag(name: str, value) -> None:
     """Field ``name`` is True or False."""
     if not isinstance(value, bool):
@@ -86,9 +92,7 @@ class Config:
         check_choice("variant", self.variant, ALL_REDUCE_VARIANTS)
         check_choice("backend", self.backend, BACKENDS)
         check_power_of_two("block_size", self.block_size, 16, MAX_BLOCK_SIZE)
-        p = self.num_programs
-        if p is not None and (not _is_int(p) or not 1 <= p <= _MAX_PROGRAMS):
-            raise ValueError(f"num_programs must be a positive int (at most {_MAX_PROGRAMS}), got {p!r}")
+        check_range("num_programs", self.num_programs, 1, _MAX_PROGRAMS)
         check_power_of_two("num_warps", self.num_warps, 1, MAX_NUM_WARPS)
         check_flag("blocking", self.blocking)
         check_flag("trace", self.trace)

@@ -150,6 +150,8 @@ def add_arguments(parser: argparse.ArgumentParser, *, gpu: bool) -> None:
     )
     parser.add_argument("--host-rounds", type=positive_int, default=5 if gpu else 1,
                         help="rounds of the host-time batches, the median taken (default 5 on a GPU, 1 on CPU ranks)")  # fmt: skip
+    parser.add_argument("--num-programs", type=positive_int, default=None, metavar="N",
+                        help="Config(num_programs=N) for every collective (default: the library's choice)")  # fmt: skip
 
 
 def check_arguments(args: argparse.Namespace) -> None:
@@ -208,12 +210,13 @@ def _collective_row(name, x, out, part, nbytes, heap, args, tracing, timed, copy
     coll, _, variant = name.partition(":")
     # checked once against torch (blocking: raises at once)
     x.copy_(_input(rank, n, dev))
-    checked = ccl.Config(variant=variant or "auto", backend=args.backend, blocking=True, trace=tracing.on)
+    checked = ccl.Config(variant=variant or "auto", backend=args.backend, blocking=True, trace=tracing.on,
+                         num_programs=args.num_programs)  # fmt: skip
     _calls(x, out, part, n, checked)[coll]()
     found = validation.compare(_result(coll, x, out, part, n), expected(coll, rank, w, n), rank=rank,
                                what=f"{name} of {format_bytes(nbytes)} per rank")  # fmt: skip
     x.normal_()
-    cfg = ccl.Config(variant=variant or "auto", backend=args.backend, trace=tracing.on)
+    cfg = ccl.Config(variant=variant or "auto", backend=args.backend, trace=tracing.on, num_programs=args.num_programs)
     t = timed(_calls(x, out, part, n, cfg)[coll], args.iters)
     heap.barrier()  # surfaces any device-side timeout from the timed loop
     moved = traffic(coll, nbytes, w)
@@ -262,7 +265,7 @@ def _latency_rows(heap, args, tracing, timed, agree) -> list:
     for nbytes in sorted(set(args.latency_sizes)):
         y = heap.randn(nbytes // 4)
         for variant in LATENCY_VARIANTS:
-            cfg = ccl.Config(variant=variant, backend=args.backend, trace=tracing.on)
+            cfg = ccl.Config(variant=variant, backend=args.backend, trace=tracing.on, num_programs=args.num_programs)
             call = lambda y=y, cfg=cfg: ccl.all_reduce(y, config=cfg)  # noqa: E731
             t = timed(call, max(1, args.latency_iters // args.reps))
             one = timing.time_launches(call, reps=1, iters=args.latency_iters, warmup=3, device=dev, queued=False)
@@ -317,8 +320,9 @@ def report(results: list, args: argparse.Namespace) -> int:
     if results[0]["nccl"]:
         columns += [("nccl_us", "nccl us", ".1f"), ("speedup_vs_nccl", "vs nccl", ".2f")]
     columns.append(("check", "vs torch", ""))
-    tables.print_table(f"iris.ccl, {args.ranks} ranks, backend {args.backend} (rank 0's times)", main, columns,
-                       caption=environment.summary(env))  # fmt: skip
+    programs = f", {args.num_programs} programs a launch" if args.num_programs else ""
+    tables.print_table(f"iris.ccl, {args.ranks} ranks, backend {args.backend}{programs} (rank 0's times)", main,
+                       columns, caption=environment.summary(env))  # fmt: skip
     latency = [r for r in rows if r.get("latency")]
     if latency:
         tables.print_table(
@@ -341,7 +345,8 @@ def report(results: list, args: argparse.Namespace) -> int:
         )
     bad = validation.print_mismatches(m for r in results for m in r["mismatches"])
     if args.csv:
-        tables.write_csv(args.csv, [dict(r, device=env["device"], mps=env["mps"]) for r in rows])
+        tables.write_csv(args.csv, [dict(r, device=env["device"], mps=env["mps"], num_programs=args.num_programs or "")
+                                    for r in rows])  # fmt: skip
         print(f"wrote {args.csv}")
     if args.plot:
         tables.plot(args.plot, main, x="bytes_per_rank", y="ratio_vs_copy", series="collective",

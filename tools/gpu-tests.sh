@@ -1,14 +1,43 @@
 #!/usr/bin/env bash
-# Run every layer's tests on a GPU machine without installing anything (no nox there): the
-# packages go on PYTHONPATH (iris and iris.mem are namespaces, so the src folders merge).
-# Usage: tools/gpu-tests.sh [pytest args...]   e.g. tools/gpu-tests.sh -x -q
+# Run layers' tests on a GPU machine without installing anything (no nox there): the packages go on
+# PYTHONPATH (iris and iris.mem are namespaces, so the src folders merge).
+#
+#   tools/gpu-tests.sh [pytest args...]
+#       every layer's tests, one pytest after another
+#   JOBS=4 [TIMEOUT=500] [LOGS=DIR] [MPS=1] tools/gpu-tests.sh TESTS... [-- pytest args...]
+#       each TESTS folder (e.g. packages/iris-ccl/tests) dealt over JOBS parallel pytest processes by
+#       tools/parallel-tests.py (its logs, not-run.txt and failed.txt in DIR/<layer>, default
+#       parallel-tests-logs), one folder after another; MPS=1 starts NVIDIA's MPS daemon first
+#       when none runs (as root), so that the ranks sharing the GPU run side by side, and stops it
+#       at the end if it started it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export PYTHONPATH="$(ls -d packages/*/src | paste -sd:)${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$(ls -d "$PWD"/packages/*/src | paste -sd:)${PYTHONPATH:+:$PYTHONPATH}"
 unset TRITON_INTERPRET
 status=0
-for tests in packages/*/tests; do
-  echo "=== $tests"
-  python3 -m pytest "$tests" "$@" || status=1
+if [ -z "${JOBS:-}" ]; then
+  for tests in packages/*/tests; do
+    echo "=== $tests"
+    python3 -m pytest "$tests" "$@" || status=1
+  done
+  exit $status
+fi
+
+folders=()
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do folders+=("$1"); shift; done
+[ "${1:-}" = "--" ] && shift
+[ ${#folders[@]} -gt 0 ] || { echo "JOBS=N: name the test folders, e.g. packages/iris-ccl/tests" >&2; exit 2; }
+started_mps=0
+if [ "${MPS:-0}" = 1 ] && ! pgrep -x nvidia-cuda-mps-control > /dev/null; then
+  nvidia-cuda-mps-control -d && started_mps=1
+fi
+for tests in "${folders[@]}"; do
+  layer="$(basename "$(dirname "$tests")")"
+  echo "=== $tests ($JOBS jobs)"
+  start=$(date +%s)
+  python3 tools/parallel-tests.py --jobs "$JOBS" ${TIMEOUT:+--timeout "$TIMEOUT"} \
+    --logs "${LOGS:-parallel-tests-logs}/$layer" -- "$tests" "$@" || status=1
+  echo "=== $tests: $(( $(date +%s) - start )) s"
 done
+[ $started_mps = 1 ] && echo quit | nvidia-cuda-mps-control
 exit $status

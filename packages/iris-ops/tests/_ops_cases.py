@@ -127,7 +127,9 @@ def every_op(rank, world_size, backend, dtype):
             # matmul_reduce_scatter: rows `rank` of sum_r a_r @ b_r (M divisible by W)
             rows = 8 * w
             ar = [sample((rows, K), dtype, seed + 200, r, transposed).to(dev) for r in range(w)]
-            for op in ("sum", "avg", "max"):
+            # every op with one operand layout: an op enters only where the partials combine,
+            # which the layouts (A_MODE, B_MODE) never reach; each pair compiled a kernel of its own
+            for op in ("sum", "avg", "max") if not transposed else ("sum",):
                 want = _reduce([_product(ar[r], b[r], dtype) for r in range(w)], op, dtype)
                 got = ops.matmul_reduce_scatter(ar[rank], b[rank], op, config=cfg)
                 _close(got, want[rank * 8 : (rank + 1) * 8], f"matmul_reduce_scatter {op} {dtype}", rank)

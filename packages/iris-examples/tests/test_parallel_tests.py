@@ -97,3 +97,27 @@ def test_tests_marked_alone_run_after_every_parallel_job_in_one_job(tmp_path):
     times = {name: (start, end) for name, start, end in map(json.loads, lines)}
     shared_end = max(end for name, (_, end) in times.items() if name.startswith("shared"))
     assert times["alone0"][0] >= shared_end and times["alone1"][0] >= times["alone0"][1], times
+
+
+
+def test_gpu_tests_with_jobs_runs_each_named_folder_through_the_runner(tmp_path):
+    """``JOBS=N tools/gpu-tests.sh FOLDER... -- ARGS``: each folder dealt over N jobs by
+    parallel-tests, its logs in LOGS/<the folder's parent>; without a folder, a usage error. (The
+    script runs from the checkout it lies in: here a copy of its tools beside one test folder.)"""
+    import shutil
+
+    (tmp_path / "tools").mkdir()
+    for name in ("gpu-tests.sh", "parallel-tests.py"):
+        shutil.copy(TOOL.parent / name, tmp_path / "tools" / name)
+    tests = tmp_path / "packages" / "some-layer" / "tests"
+    tests.mkdir(parents=True)
+    (tests / "test_b.py").write_text("def test_one():\n    pass\n\ndef test_two():\n    pass\n")
+    env = dict(os.environ, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1", JOBS="2", LOGS=str(tmp_path / "logs"))
+    script = str(tmp_path / "tools" / "gpu-tests.sh")
+    done = subprocess.run(["bash", script, "packages/some-layer/tests", "--", "-p", "no:cacheprovider"], env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "total: 2 passed of 2 tests" in done.stdout, done.stdout
+    assert sorted(os.listdir(tmp_path / "logs" / "some-layer")) == ["job-0.log", "job-1.log"]
+    usage = subprocess.run(["bash", script], env=env, capture_output=True, text=True, timeout=60)
+    assert usage.returncode == 2 and "name the test folders" in usage.stderr

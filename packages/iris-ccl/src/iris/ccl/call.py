@@ -54,13 +54,12 @@ def kernels_of(backend: str, package: str = "iris.ccl"):
 class Staging:
     """How a collective's kernel stages a tensor off the heap itself (its ``staged`` argument):
     never (``NONE``: the tensor is on the heap, or ``copy_`` launches around the kernel stage it),
-    into the staging before its entry (``IN``), or in and, after its exit, back out (``IN_AND_OUT``:
-    the two-shot all_reduce, whose result lands in every rank's staging; its kernel's constexpr
-    ``COPY_BACK`` compiles the copy out). A staged kernel runs one program (``FOLD_BYTES``)."""
+    or into the staging before its entry (``IN``). The copy back out after the exit (the two-shot
+    all_reduce, whose result lands in every rank's staging) is the reduction kernel's constexpr
+    ``COPY_BACK``, not a value of its own here. A staged kernel runs one program (``FOLD_BYTES``)."""
 
     NONE = 0
     IN = 1
-    IN_AND_OUT = 2
 
 
 class Call:

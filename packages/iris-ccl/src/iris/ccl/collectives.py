@@ -115,7 +115,7 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", *, heap=None, config: Conf
         chunk = -(-n // w)
         if variant == "two_shot":  # chunk `rank`, in place, pushed into every rank's copy
             call.launch(call.kernels.reduce_kernel, dst=buf, chunk_index=heap.rank, chunk=chunk, PUSH=True, DST_CHUNKED=True,
-                    COPY_BACK=fold, staged=Staging.IN_AND_OUT if fold else Staging.NONE, **reduce)  # fmt: skip
+                    COPY_BACK=fold, staged=Staging.IN if fold else Staging.NONE, **reduce)  # fmt: skip
             if not in_place and not fold:
                 call.copy(data, buf)
             return tensor

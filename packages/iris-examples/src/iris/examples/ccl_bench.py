@@ -91,29 +91,39 @@ def copy_roofline(nbytes: int, heap, iters: int, reps: int = 1) -> float:
     """Bytes per second (read + written) that ``torch.Tensor.copy_`` reaches on the ranks' devices.
 
     Collective: every rank times a copy of ``nbytes`` on its device with the device to itself
-    (the others wait at a host barrier); a device's rate is the mean of its ranks' figures, and the
-    roofline is the sum over devices (each rank adds its figure over ``heap.ranks_per_device``).
-    Ranks sharing one GPU share its memory bandwidth, so the roofline is that GPU's copy rate,
+    (the others wait at a host barrier, holding no copy buffers: at 1 GiB per rank, four ranks'
+    buffers at once would not fit an 80 GB GPU beside their heaps); a device's rate is the mean of
+    its ranks' figures, and the roofline is the sum over devices (each rank adds its figure over
+    ``heap.ranks_per_device``). Ranks sharing one GPU share its memory bandwidth, so the roofline is that GPU's copy rate,
     not one rank's share of it while the others also copy.
     """
     import torch.distributed as dist
 
     device = heap.device
-    a, b = torch.empty(nbytes // 4, device=device), torch.empty(nbytes // 4, device=device)
     mine = None
+    if device.type == "cuda":
+        torch.cuda.empty_cache()  # what this rank's earlier checks left cached goes back to the device
     for turn in range(dist.get_world_size()):
         dist.barrier()
         if turn == dist.get_rank():
-            mine = (
-                2 * nbytes / timing.time_launches(lambda: b.copy_(a), reps=reps, iters=iters, warmup=3, device=device)
-            )
+            mine = _copy_rate(nbytes, device, iters, reps)
+            if device.type == "cuda":
+                torch.cuda.empty_cache()  # the copy's buffers back to the device, for the next rank's turn
     dist.barrier()
     return sum(heap.all_gather_object(mine / heap.ranks_per_device))
 
 
+def _copy_rate(nbytes: int, device, iters: int, reps: int) -> float:
+    """Bytes per second (read + written) of ``copy_`` of ``nbytes`` on ``device``, timed queued."""
+    a, b = torch.empty(nbytes // 4, device=device), torch.empty(nbytes // 4, device=device)
+    return 2 * nbytes / timing.time_launches(lambda: b.copy_(a), reps=reps, iters=iters, warmup=3, device=device)
+
+
 def _input(rank: int, n: int, device="cpu") -> torch.Tensor:
-    """Rank ``rank``'s validation input: small integers as fp32, so every sum is exact."""
-    return (torch.arange(n, device=device) % 17 + rank).to(torch.float32)
+    """Rank ``rank``'s validation input: small integers as fp32, so every sum is exact (``i % 17 +
+    rank`` at index i, made without an index tensor of n elements)."""
+    period = torch.arange(17, dtype=torch.float32, device=device).add_(rank)
+    return period.repeat(-(-n // 17))[:n]
 
 
 def expected(coll: str, rank: int, w: int, n: int) -> torch.Tensor:

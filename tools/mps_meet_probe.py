@@ -1,0 +1,133 @@
+"""Why does ccl-bench at 4 ranks on one GPU under MPS sometimes time out? A probe, GPU only.
+
+What is known (docs/architecture.md, section "Ranks sharing a GPU: a timeout under MPS"): on an
+H100 under MPS, about one full ccl-bench run in two ends in CollectiveTimeoutError at an
+all_reduce or reduce_scatter; during the wait every rank's host has queued all its calls (it
+waits in the sample's closing event), so a rank's kernel is queued on the device and does not
+start while a peer's kernel waits for it. The launch's programs fit (the occupancy probe agrees
+with the driver), and halving them (2 per multiprocessor over all ranks) does not help. Most
+failures fall on the call that follows the sample's spin, which every rank runs for the same
+time, so the ranks' kernels become ready at nearly the same moment.
+
+This probe repeats groups of ``--reps`` all_reduce calls behind a spin on every rank, the arms
+taking turns so that each sees the same machine:
+
+- ``equal``: the ranks agree on the spin (as ccl-bench's timing does) and spin for it;
+- ``random``: each rank spins for its own random time (up to the same length);
+- ``none``: no spin (the calls follow the host agreement);
+- ``equal-33``: ``equal`` with ``Config(num_programs=33)``.
+
+Per arm: groups, calls, failures, and each failure's place in its group (0: the call after the
+spin). ``heap.wait_timeout`` is ``--timeout`` seconds, so a failure costs that much. Run under MPS
+(``nvidia-cuda-mps-control -d``) and without it::
+
+    python3 tools/mps_meet_probe.py --ranks 4 --seconds 240 --csv probe.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import random
+import re
+import time
+
+ARMS = ("equal", "random", "none", "equal-33")
+
+
+def _body(rank, world_size, seconds, reps, nbytes, timeout, variant):
+    import torch
+
+    import iris.ccl as ccl
+    import iris.heap
+
+    heap = iris.heap.init(nbytes * 4 + (64 << 20))
+    heap.wait_timeout = timeout
+    x = heap.randn(nbytes // 4)
+    gpu = heap.device.type == "cuda"  # on CPU ranks (a check of this script) there is no spin
+    rate = _spin_rate() if gpu else 0.0
+    rng = random.Random(rank)
+    spin_s = 2e-3
+    stats = {arm: {"groups": 0, "calls": 0, "failures": 0, "places": []} for arm in ARMS}
+    stop = time.monotonic() + seconds
+    arm_index = 0
+    since_reset = 0  # collectives since the last reset: a failure's "collective #N" counts from there
+    while True:
+        go = max(heap.all_gather_object(time.monotonic() < stop))  # the ranks stop together
+        if not go:
+            break
+        arm = ARMS[arm_index % len(ARMS)]
+        arm_index += 1
+        cfg = ccl.Config(variant=variant, num_programs=33 if arm == "equal-33" else None)
+        if gpu:
+            torch.cuda.synchronize()
+        heap.all_gather_object(None)  # lines the hosts up
+        spin = {"equal": spin_s, "equal-33": spin_s, "random": rng.uniform(0, spin_s)}.get(arm, 0.0)
+        if gpu and spin:
+            torch.cuda._sleep(int(spin * rate))
+        first = since_reset + 1
+        stats[arm]["groups"] += 1
+        stats[arm]["calls"] += reps
+        try:
+            for _ in range(reps):
+                ccl.all_reduce(x, config=cfg)
+            heap.barrier()
+        except Exception as e:  # a collective of the group timed out: where, then start afresh
+            stats[arm]["failures"] += 1
+            m = re.search(r"collective #(\d+)", str(e))
+            stats[arm]["places"].append(int(m.group(1)) - first if m else -1)
+            if gpu:
+                torch.cuda.synchronize()
+            ccl.reset()
+            since_reset = -reps
+        since_reset += reps
+    heap.close()
+    return stats
+
+
+def _spin_rate() -> float:
+    import torch
+
+    cycles = 50_000_000
+    torch.cuda._sleep(cycles)
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(cycles)
+    end.record()
+    end.synchronize()
+    return cycles / (start.elapsed_time(end) * 1e-3)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--ranks", type=int, default=4)
+    p.add_argument("--seconds", type=float, default=240)
+    p.add_argument("--reps", type=int, default=11, help="calls per group (ccl-bench: 1 line-up + 10 timed)")
+    p.add_argument("--bytes", type=int, default=16 << 20)
+    p.add_argument("--timeout", type=float, default=3.0, help="heap.wait_timeout (seconds)")
+    p.add_argument("--variant", default="two_shot")
+    p.add_argument("--csv")
+    args = p.parse_args()
+    from iris.testing.world import run
+
+    results = run(_body, args.ranks, args.seconds, args.reps, args.bytes, args.timeout, args.variant,
+                  timeout=args.seconds + 600)  # fmt: skip
+    rows = []
+    for arm in ARMS:
+        groups = results[0][arm]["groups"]
+        calls = results[0][arm]["calls"]
+        failures = max(r[arm]["failures"] for r in results)
+        places = sorted({p for r in results for p in r[arm]["places"]})
+        rows.append({"arm": arm, "ranks": args.ranks, "groups": groups, "calls": calls, "failures": failures,
+                     "places": " ".join(map(str, places))})  # fmt: skip
+        print(f"{arm:10s} groups {groups:6d} calls {calls:7d} failures {failures:4d} places {places}")
+    if args.csv:
+        with open(args.csv, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+
+
+if __name__ == "__main__":
+    main()

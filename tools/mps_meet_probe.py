@@ -15,7 +15,8 @@ taking turns so that each sees the same machine:
 - ``equal``: the ranks agree on the spin (as ccl-bench's timing does) and spin for it;
 - ``random``: each rank spins for its own random time (up to the same length);
 - ``none``: no spin (the calls follow the host agreement);
-- ``equal-33``: ``equal`` with ``Config(num_programs=33)``.
+- ``equal-33``, ``equal-1``: ``equal`` with ``Config(num_programs=33)`` or ``1`` (fewer programs
+  polling the flags; one program is also the shape of every small call).
 
 Per arm: groups, calls, failures, and each failure's place in its group (0: the call after the
 spin). ``heap.wait_timeout`` is ``--timeout`` seconds, so a failure costs that much. Run under MPS
@@ -32,7 +33,7 @@ import random
 import re
 import time
 
-ARMS = ("equal", "random", "none", "equal-33")
+ARMS = ("equal", "random", "none", "equal-33", "equal-1")
 
 
 def _body(rank, world_size, seconds, reps, nbytes, timeout, variant):
@@ -58,11 +59,11 @@ def _body(rank, world_size, seconds, reps, nbytes, timeout, variant):
             break
         arm = ARMS[arm_index % len(ARMS)]
         arm_index += 1
-        cfg = ccl.Config(variant=variant, num_programs=33 if arm == "equal-33" else None)
+        cfg = ccl.Config(variant=variant, num_programs={"equal-33": 33, "equal-1": 1}.get(arm))
         if gpu:
             torch.cuda.synchronize()
         heap.all_gather_object(None)  # lines the hosts up
-        spin = {"equal": spin_s, "equal-33": spin_s, "random": rng.uniform(0, spin_s)}.get(arm, 0.0)
+        spin = rng.uniform(0, spin_s) if arm == "random" else 0.0 if arm == "none" else spin_s
         if gpu and spin:
             torch.cuda._sleep(int(spin * rate))
         first = since_reset + 1

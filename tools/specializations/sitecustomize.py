@@ -6,7 +6,8 @@ an interpreted kernel (Triton's or Gluon's, ``TRITON_INTERPRET=1``) to ``DIR/<pi
 kernel, the key and the test code that launched it (the innermost caller in a ``tests`` folder).
 The key follows Triton's specialization: constexpr values, each tensor's dtype and 16-byte
 alignment, each int's ``== 1`` / ``% 16 == 0`` / 32-bit range unless the kernel names it in
-``do_not_specialize`` (then only the range), ``num_warps`` and the other launch options. A GPU
+``do_not_specialize`` (then only the range; an int annotated with its type, ``"i64"``, has that
+type whatever its value), ``num_warps`` and the other launch options. A GPU
 compiles a key once per cache; CPU ranks see more distinct keys than a GPU compiles (their
 tensors' alignment differs), so compare counts of one kind only. ``summary.py DIR`` tabulates.
 
@@ -79,7 +80,26 @@ def _caller() -> str:
     return "?"
 
 
-def _key(names, constexprs, skip, args, kwargs) -> str:
+#: Annotations that fix an int parameter's type (Triton's names).
+_INT_TYPES = ("i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64")
+
+
+def _typed(params) -> dict:
+    """The int parameters among ``params`` (``inspect.Parameter``s or Triton's) annotated with their type."""
+    out = {}
+    for p in params:
+        a = getattr(p, "annotation", None)
+        if not isinstance(a, str):  # a dtype object (tl.int64) has its name
+            a = getattr(a, "name", None)
+            a = a if isinstance(a, str) else ""
+        a = a.removeprefix("tl.")
+        a = {"int64": "i64", "int32": "i32"}.get(a, a)
+        if a in _INT_TYPES:
+            out[p.name] = a
+    return out
+
+
+def _key(names, constexprs, skip, args, kwargs, typed=None) -> str:
     """Triton's specialization of a launch, as text (see the module's docstring)."""
     bound = dict(zip(names, args))
     bound.update({k: v for k, v in kwargs.items() if k in names})
@@ -95,7 +115,7 @@ def _key(names, constexprs, skip, args, kwargs) -> str:
         elif isinstance(v, bool):
             parts.append(f"{name}:i1")
         elif isinstance(v, int):
-            wide = "i32" if -(2**31) <= v < 2**31 else "i64"
+            wide = (typed or {}).get(name) or ("i32" if -(2**31) <= v < 2**31 else "i64")
             spec = "" if (name in skip or i in skip) else ":one" if v == 1 else ":d16" if v % 16 == 0 else ":"
             parts.append(f"{name}:{wide}{spec}")
         elif isinstance(v, float):
@@ -124,7 +144,8 @@ def _patch_triton(interpreter) -> None:
             names = [p.name for p in params]
             constexprs = {p.name for p in params if "constexpr" in str(p.annotation)}
             skip = set(self.kwargs.get("do_not_specialize") or ())
-            _guarded(log, self.__name__, lambda: _key(names, constexprs, skip, args, kwargs))
+            typed = _typed(params)
+            _guarded(log, self.__name__, lambda: _key(names, constexprs, skip, args, kwargs, typed))
         return run(self, *args, grid=grid, warmup=warmup, **kwargs)
 
     cls.run = counted
@@ -137,7 +158,8 @@ def _patch_gluon(cpu) -> None:
         names = [p.name for p in jit_fn.params]
         constexprs = {p.name for p in jit_fn.params if p.is_constexpr}
         skip = {p.name for p in jit_fn.params if getattr(p, "do_not_specialize", False)}
-        _guarded(log, jit_fn.__name__, lambda: _key(names, constexprs, skip, args, kwargs))
+        typed = _typed(jit_fn.params)
+        _guarded(log, jit_fn.__name__, lambda: _key(names, constexprs, skip, args, kwargs, typed))
         return launch(jit_fn, grid, args, kwargs)
 
     cpu._launch = counted

@@ -39,6 +39,26 @@ def test_the_key_follows_tritons_specialization(hook):
     assert hook._key(names, constexprs, skip, (x.int(), 5, 7, 9, True, 128), {}) != key(5, 7, 9)  # dtype
 
 
+def test_an_int_annotated_with_its_type_keeps_it_at_any_value(hook):
+    import inspect
+
+    import torch
+
+    def kernel(x, code: "i64", n):  # noqa: F821 - Triton reads the string as the type
+        pass
+
+    params = inspect.signature(kernel).parameters.values()
+    typed = hook._typed(params)
+    assert typed == {"code": "i64"}
+    x = torch.zeros(4)
+
+    def key(code, n):
+        return hook._key(["x", "code", "n"], set(), {"code"}, (x, code, n), {}, typed)
+
+    assert key(5, 3) == key(2**40, 3)  # an i64 parameter at either width
+    assert key(5, 3) != key(5, 2**40)  # an unannotated one changes type with its value
+
+
 def test_a_spawned_process_logs_each_distinct_launch_once(tmp_path):
     code = (
         "import os, torch, triton, triton.language as tl\n"

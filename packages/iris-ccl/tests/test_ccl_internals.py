@@ -117,6 +117,48 @@ def test_bare_launches_call_the_launcher_as_tritons_own_runner_does(compiler):
         assert ours[6:9] == (None, None, None)
 
 
+def _description_types(rank, world_size):
+    """The types the JIT gives the description's arguments of every collective kernel (both
+    backends where Gluon is installed) at a small and at a 64-bit value: {(kernel, argument, value): type}."""
+    import _ccl_compile
+    from triton.compiler.compiler import make_backend
+    from triton.runtime.jit import create_function_from_signature
+
+    from iris.ccl import _triton_kernels, protocol
+    from iris.testing import COMPILE_TARGETS
+
+    modules = [_triton_kernels]
+    try:
+        from iris.ccl import _gluon_kernels
+
+        modules.append(_gluon_kernels)
+    except ImportError:
+        pass
+    backend = make_backend(_ccl_compile.TARGETS[COMPILE_TARGETS[rank]])
+    types = {}
+    for module in modules:
+        for name in ("barrier_kernel", "reduce_kernel", "gather_kernel", "push_kernel"):
+            kernel = getattr(module, name)
+            bind = create_function_from_signature(kernel.signature, kernel.params, backend)
+            for value in (5, 2**40):
+                args = {p.name: (4 if p.is_constexpr else value if p.name in protocol.DESC_ARGS else 3)
+                        for p in kernel.params}  # fmt: skip
+                params, specialization, _ = bind(**args)
+                for arg, spec in zip(params, specialization):
+                    if arg in protocol.DESC_ARGS:
+                        types[(f"{module.__name__}.{name}", arg, value)] = spec[0]
+    return types
+
+
+def test_the_description_is_int64_at_any_value_so_a_large_code_compiles_nothing_more(compiler):
+    """A CODE past 2**31 (a channels-last input) once made every kernel compile again with an
+    i64 CODE; the kernels declare the description's arguments int64 (``protocol.typed``)."""
+    for types in compiler.run(_description_types):
+        kernels = {kernel for kernel, _, _ in types}
+        assert len(kernels) >= 4 and len(types) == len(kernels) * 5 * 2, types  # 5 arguments at 2 values
+        assert set(types.values()) == {"i64"}, types
+
+
 def test_a_kernel_not_loaded_or_without_a_launcher_has_no_bare_launch():
     class NotLoaded:
         run, function, packed_metadata = None, None, b""

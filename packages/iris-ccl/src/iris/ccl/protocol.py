@@ -87,7 +87,7 @@ from .errors import CollectiveAbandonedError, CollectiveMismatchError, Collectiv
 
 __all__ = ["KINDS", "VARIANTS", "REDUCE_OPS", "OPS", "DESC_WORDS", "DESC_SLOTS", "DESC_ARGS", "UNSPECIALIZED",
            "TAG_BITS", "KindFields", "describe", "decode", "register_kind", "register_variant", "translate_error",
-           "unspecialized"]  # fmt: skip
+           "typed", "unspecialized"]  # fmt: skip
 
 DESC_WORDS = 5
 #: A kernel's arguments that carry the description (``begin``'s code, numel, off_a, off_b, shape):
@@ -108,6 +108,18 @@ DESC_SLOTS = 6
 TAG_BITS = 8
 #: The largest payload a description word carries (NUMEL, an offset, SHAPE).
 MAX_PAYLOAD = (1 << 55) - 1
+
+
+def typed(fn):
+    """``fn``, its description arguments (``DESC_ARGS``) annotated ``"i64"``, which Triton and
+    Gluon read as the parameter's type. Unannotated, an int is typed by its value (i32 below
+    2**31), so a CODE with a memory layout other than row-major, or a high source rank, made every
+    kernel compile a second time, with an i64 CODE; the kernels widen the words to int64 anyway."""
+    names = fn.__code__.co_varnames[: fn.__code__.co_argcount]
+    for name in DESC_ARGS:
+        if name in names:
+            fn.__annotations__.setdefault(name, "i64")
+    return fn
 
 
 def unspecialized(fn) -> list[str]:

@@ -61,8 +61,9 @@ def tile_layout(block, num_warps, dtype, target):
 
 def kernel(fn):
     """``fn`` as a launched kernel on the protocol: ``@gluon.jit``, never specialized on the
-    description's arguments nor a rank's index (``protocol.UNSPECIALIZED``), and marked ``@img.interpret()``."""
-    return img.interpret()(gluon.jit(do_not_specialize=protocol.unspecialized(fn))(fn))
+    description's arguments nor a rank's index (``protocol.UNSPECIALIZED``), the description's
+    arguments int64 whatever their values (``protocol.typed``), and marked ``@img.interpret()``."""
+    return img.interpret()(gluon.jit(do_not_specialize=protocol.unspecialized(fn))(protocol.typed(fn)))
 
 
 # -- the sync block (iris.ccl.workspace) and the protocol (iris.ccl.protocol), as in protocol_triton --

@@ -77,8 +77,9 @@ _EXIT_WAIT = tl.constexpr(EVENTS["exit wait"])
 def kernel(fn):
     """``fn`` as a launched kernel on the protocol: ``@triton.jit``, never specialized on the
     description's arguments nor a rank's index (``protocol.UNSPECIALIZED``: they vary per call or
-    rank), and marked ``@imt.interpret()``, so its launches on CPU ranks run inside that scope."""
-    return imt.interpret()(triton.jit(do_not_specialize=protocol.unspecialized(fn))(fn))
+    rank), the description's arguments int64 whatever their values (``protocol.typed``), and
+    marked ``@imt.interpret()``, so its launches on CPU ranks run inside that scope."""
+    return imt.interpret()(triton.jit(do_not_specialize=protocol.unspecialized(fn))(protocol.typed(fn)))
 
 
 # -- the sync block (iris.ccl.workspace): FLAGS-strided int64 arrays -------------------------------

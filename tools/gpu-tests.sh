@@ -10,10 +10,14 @@
 #       parallel-tests-logs), one folder after another; MPS=1 starts NVIDIA's MPS daemon first
 #       when none runs (as root), so that the ranks sharing the GPU run side by side, and stops it
 #       at the end if it started it.
+# Either way each kernel specialization is compiled by one process while the others that need it
+# wait for the cache (iris.testing.compile_once; a TRITON_CACHE_MANAGER already set is kept): the
+# ranks of a test no longer compile the same kernel side by side.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$(ls -d "$PWD"/packages/*/src | paste -sd:)${PYTHONPATH:+:$PYTHONPATH}"
 unset TRITON_INTERPRET
+export TRITON_CACHE_MANAGER="${TRITON_CACHE_MANAGER:-iris.testing.compile_once:CompileOnce}"
 status=0
 if [ -z "${JOBS:-}" ]; then
   for tests in packages/*/tests; do

@@ -102,8 +102,9 @@ def test_tests_marked_alone_run_after_every_parallel_job_in_one_job(tmp_path):
 
 def test_gpu_tests_with_jobs_runs_each_named_folder_through_the_runner(tmp_path):
     """``JOBS=N tools/gpu-tests.sh FOLDER... -- ARGS``: each folder dealt over N jobs by
-    parallel-tests, its logs in LOGS/<the folder's parent>; without a folder, a usage error. (The
-    script runs from the checkout it lies in: here a copy of its tools beside one test folder.)"""
+    parallel-tests, its logs in LOGS/<the folder's parent>, every job compiling through
+    iris.testing.compile_once; without a folder, a usage error. (The script runs from the checkout
+    it lies in: here a copy of its tools beside one test folder.)"""
     import shutil
 
     (tmp_path / "tools").mkdir()
@@ -111,13 +112,18 @@ def test_gpu_tests_with_jobs_runs_each_named_folder_through_the_runner(tmp_path)
         shutil.copy(TOOL.parent / name, tmp_path / "tools" / name)
     tests = tmp_path / "packages" / "some-layer" / "tests"
     tests.mkdir(parents=True)
-    (tests / "test_b.py").write_text("def test_one():\n    pass\n\ndef test_two():\n    pass\n")
+    (tests / "test_b.py").write_text(
+        "import os\n\ndef test_one():\n    pass\n\ndef test_two():\n    pass\n\n"
+        "def test_compiles_once():\n"
+        "    assert os.environ['TRITON_CACHE_MANAGER'] == 'iris.testing.compile_once:CompileOnce'\n"
+    )
     env = dict(os.environ, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1", JOBS="2", LOGS=str(tmp_path / "logs"))
+    env.pop("TRITON_CACHE_MANAGER", None)
     script = str(tmp_path / "tools" / "gpu-tests.sh")
     done = subprocess.run(["bash", script, "packages/some-layer/tests", "--", "-p", "no:cacheprovider"], env=env,
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "total: 2 passed of 2 tests" in done.stdout, done.stdout
+    assert "total: 3 passed of 3 tests" in done.stdout, done.stdout
     assert sorted(os.listdir(tmp_path / "logs" / "some-layer")) == ["job-0.log", "job-1.log"]
     usage = subprocess.run(["bash", script], env=env, capture_output=True, text=True, timeout=60)
     assert usage.returncode == 2 and "name the test folders" in usage.stderr

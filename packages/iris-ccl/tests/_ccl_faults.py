@@ -720,7 +720,7 @@ def soak(rank, world_size, backend, seed: int, count: int, skip_rate: float, ski
     w = world_size
     shared, own = random.Random(seed), random.Random(seed * 1000 + rank)
     menu = [draw(shared, w) for _ in range(SOAK_MENU)]
-    launches = [{"block_size": own.choice((32, 64, 128)), "num_programs": own.choice((1, 2))} for _ in menu]
+    launches = [{"block_size": own.choice((64, 128)), "num_programs": own.choice((1, 2))} for _ in menu]
     stats: Counter = Counter()
     t_start = time.monotonic()
     i = -1

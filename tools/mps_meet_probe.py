@@ -16,7 +16,10 @@ taking turns so that each sees the same machine:
 - ``random``: each rank spins for its own random time (up to the same length);
 - ``none``: no spin (the calls follow the host agreement);
 - ``equal-33``, ``equal-1``: ``equal`` with ``Config(num_programs=33)`` or ``1`` (fewer programs
-  polling the flags; one program is also the shape of every small call).
+  polling the flags; one program is also the shape of every small call);
+- ``single``: ``equal`` with one call per group, so no rank has a next call queued behind the one
+  its peers wait in (if only the queued arms fail, a rank's queued successor holds the others'
+  launches back).
 
 Per arm: groups, calls, failures, and each failure's place in its group (0: the call after the
 spin). ``heap.wait_timeout`` is ``--timeout`` seconds, so a failure costs that much. Run under MPS
@@ -33,7 +36,7 @@ import random
 import re
 import time
 
-ARMS = ("equal", "random", "none", "equal-33", "equal-1")
+ARMS = ("equal", "random", "none", "equal-33", "equal-1", "single")
 
 
 def _body(rank, world_size, seconds, reps, nbytes, timeout, variant):
@@ -67,10 +70,11 @@ def _body(rank, world_size, seconds, reps, nbytes, timeout, variant):
         if gpu and spin:
             torch.cuda._sleep(int(spin * rate))
         first = since_reset + 1
+        calls = 1 if arm == "single" else reps
         stats[arm]["groups"] += 1
-        stats[arm]["calls"] += reps
+        stats[arm]["calls"] += calls
         try:
-            for _ in range(reps):
+            for _ in range(calls):
                 ccl.all_reduce(x, config=cfg)
             heap.barrier()
         except Exception as e:  # a collective of the group timed out: where, then start afresh
@@ -80,8 +84,8 @@ def _body(rank, world_size, seconds, reps, nbytes, timeout, variant):
             if gpu:
                 torch.cuda.synchronize()
             ccl.reset()
-            since_reset = -reps
-        since_reset += reps
+            since_reset = -calls
+        since_reset += calls
     heap.close()
     return stats
 

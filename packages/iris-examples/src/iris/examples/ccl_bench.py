@@ -94,8 +94,8 @@ def copy_roofline(nbytes: int, heap, iters: int, reps: int = 1) -> float:
     (the others wait at a host barrier, holding no copy buffers: at 1 GiB per rank, four ranks'
     buffers at once would not fit an 80 GB GPU beside their heaps); a device's rate is the mean of
     its ranks' figures, and the roofline is the sum over devices (each rank adds its figure over
-    ``heap.ranks_per_device``). Ranks sharing one GPU share its memory bandwidth, so the roofline is that GPU's copy rate,
-    not one rank's share of it while the others also copy.
+    ``heap.ranks_per_device``). Ranks sharing one GPU share its memory bandwidth, so the roofline
+    is that GPU's copy rate, not one rank's share of it while the others also copy.
     """
     import torch.distributed as dist
 

@@ -58,7 +58,30 @@ def _collect(pytest_args: list[str], marked: str | None = None) -> list[str]:
     if done.returncode not in (0, 5) or not (ids or marked):
         sys.stderr.write(done.stdout[-4000:] + done.stderr[-4000:])
         raise SystemExit(f"collection failed (pytest exit {done.returncode}, {len(ids)} tests)")
-    return ids
+    return [_from_here(t, pytest_args) for t in ids]
+
+
+def _from_here(test_id: str, pytest_args: list[str]) -> str:
+    """``test_id`` as the jobs, run from this directory, find it. pytest names a test by its file's
+    path from the run's root directory, which is not this one when the selection lies elsewhere:
+    then the id's file is looked for under each selected path's folder and their parents."""
+    path, sep, rest = test_id.partition("::")
+    if os.path.exists(path):
+        return test_id
+    for arg in pytest_args:
+        base = os.path.abspath(arg.partition("::")[0])
+        if not os.path.exists(base):
+            continue
+        folder = base if os.path.isdir(base) else os.path.dirname(base)
+        while True:
+            candidate = os.path.join(folder, path)
+            if os.path.exists(candidate):
+                return candidate + sep + rest
+            parent = os.path.dirname(folder)
+            if parent == folder:
+                break
+            folder = parent
+    return test_id  # not found: the job reports it not run
 
 
 def _without_verbosity(pytest_args: list[str]) -> list[str]:
@@ -82,7 +105,16 @@ _TOTALS = {"PASSED": "passed", "FAILED": "failed", "SKIPPED": "skipped", "ERROR"
 def _outcomes(log: str, shard: list[str]) -> dict[str, set[str]]:
     """Each test of ``shard`` with the outcomes its verbose log lines report (none: it never ran;
     a test that fails in teardown reports both PASSED and ERROR)."""
-    return {t: {o for o in _OUTCOMES if f"{t} {o}" in log} for t in shard}
+    return {t: {o for o in _OUTCOMES if any(f"{name} {o}" in log for name in _printed(t))} for t in shard}
+
+
+def _printed(test_id: str) -> tuple[str, ...]:
+    """How a job's verbose lines may name ``test_id``: as given, and for an absolute path (a
+    selection outside this directory, ``_from_here``) by its path from here, as pytest prints it."""
+    path, sep, rest = test_id.partition("::")
+    if not os.path.isabs(path):
+        return (test_id,)
+    return test_id, os.path.relpath(path) + sep + rest
 
 
 def _options(pytest_args: list[str]) -> list[str]:

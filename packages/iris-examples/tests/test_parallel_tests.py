@@ -62,6 +62,20 @@ def test_a_crashed_job_s_rest_is_not_run_and_failures_are_listed_for_a_rerun(tmp
     assert "not run" not in again.stdout and "jobs logged" not in again.stdout
 
 
+def test_a_selection_outside_this_directory_runs_and_is_listed_by_its_path(tmp_path):
+    """The runner in one folder, the tests in a sibling (``../elsewhere/tests``): pytest names them
+    from the selection's own root, which the jobs, run from here, would not find (every test was
+    reported not run); the failed one is listed by its absolute path, which reruns from anywhere."""
+    here, tests = tmp_path / "here", tmp_path / "elsewhere" / "tests"
+    here.mkdir()
+    tests.mkdir(parents=True)
+    (tests / "test_r.py").write_text("def test_x():\n    pass\n\ndef test_y():\n    assert False\n")
+    done = _run(here, str(TOOL), "--jobs", "2", "--logs", "logs", "--", str(tests), "-p", "no:cacheprovider")
+    assert "total: 1 failed, 1 passed of 2 tests" in done.stdout, done.stdout + done.stderr
+    assert (here / "logs" / "failed.txt").read_text() == f"{tests / 'test_r.py'}::test_y\n"
+    assert not (here / "logs" / "not-run.txt").exists()
+
+
 TIMED = """
 import json, os, time, pytest
 

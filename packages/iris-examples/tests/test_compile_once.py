@@ -120,3 +120,20 @@ def test_a_compile_without_a_result_releases_its_lock_at_the_next(tmp_path, monk
         assert not compile_once._held
     finally:
         os.close(other)
+
+
+def test_a_cache_without_room_for_the_lock_compiles_as_triton_would(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
+    from iris.testing import compile_once
+
+    real_open = os.open
+
+    def refuse(path, *args, **kwargs):
+        if str(path).endswith(".compiling"):
+            raise PermissionError(13, "read-only", path)
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(compile_once.os, "open", refuse)
+    manager = compile_once.CompileOnce("KEYC")
+    assert manager.get_group("c.json") is None  # a miss, compiled here, with no lock held
+    assert not any(p.endswith("c.json.compiling") for p in compile_once._held)

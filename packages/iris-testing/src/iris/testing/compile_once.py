@@ -53,7 +53,10 @@ class CompileOnce(FileCacheManager):
         _release_all_but(path)
         if path in _held:  # this process's earlier compile of it ended without a result: again
             return self._compiling(path, None)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:  # no lock file here (a read-only cache): compile, as Triton's own manager would
+            return self._compiling(path, None)
         if not _lock(fd, time.monotonic() + WAIT):
             os.close(fd)  # the holder took too long: compile it here as well
             return self._compiling(path, None)

@@ -21,8 +21,9 @@ taking turns so that each sees the same machine:
   its peers wait in (if only the queued arms fail, a rank's queued successor holds the others'
   launches back).
 
-Per arm: groups, calls, failures, and each failure's place in its group (0: the call after the
-spin). ``heap.wait_timeout`` is ``--timeout`` seconds, so a failure costs that much. Run under MPS
+Per arm: groups, calls, failures, each failure's place in its group (0: the call after the
+spin), the ranks that gave up (``CollectiveTimeoutError``) and the first rank each found missing.
+``heap.wait_timeout`` is ``--timeout`` seconds, so a failure costs that much. Run under MPS
 (``nvidia-cuda-mps-control -d``) and without it::
 
     python3 tools/mps_meet_probe.py --ranks 4 --seconds 240 --csv probe.csv
@@ -52,7 +53,7 @@ def _body(rank, world_size, seconds, reps, nbytes, timeout, variant):
     rate = _spin_rate() if gpu else 0.0
     rng = random.Random(rank)
     spin_s = 2e-3
-    stats = {arm: {"groups": 0, "calls": 0, "failures": 0, "places": []} for arm in ARMS}
+    stats = {arm: {"groups": 0, "calls": 0, "failures": 0, "places": [], "gave_up": [], "missing": []} for arm in ARMS}
     stop = time.monotonic() + seconds
     arm_index = 0
     since_reset = 0  # collectives since the last reset: a failure's "collective #N" counts from there
@@ -81,6 +82,9 @@ def _body(rank, world_size, seconds, reps, nbytes, timeout, variant):
             stats[arm]["failures"] += 1
             m = re.search(r"collective #(\d+)", str(e))
             stats[arm]["places"].append(int(m.group(1)) - first if m else -1)
+            if type(e).__name__ == "CollectiveTimeoutError":  # this rank gave up, on its first missing peer
+                stats[arm]["gave_up"].append(rank)
+                stats[arm]["missing"].append(getattr(e, "missing_rank", -1))
             if gpu:
                 torch.cuda.synchronize()
             ccl.reset()
@@ -124,9 +128,15 @@ def main() -> None:
         calls = results[0][arm]["calls"]
         failures = max(r[arm]["failures"] for r in results)
         places = sorted({p for r in results for p in r[arm]["places"]})
+        gave_up = sorted(g for r in results for g in r[arm]["gave_up"])
+        missing = sorted(m for r in results for m in r[arm]["missing"])
         rows.append({"arm": arm, "ranks": args.ranks, "groups": groups, "calls": calls, "failures": failures,
-                     "places": " ".join(map(str, places))})  # fmt: skip
-        print(f"{arm:10s} groups {groups:6d} calls {calls:7d} failures {failures:4d} places {places}")
+                     "places": " ".join(map(str, places)), "gave_up": " ".join(map(str, gave_up)),
+                     "missing": " ".join(map(str, missing))})  # fmt: skip
+        print(
+            f"{arm:10s} groups {groups:6d} calls {calls:7d} failures {failures:4d} places {places} "
+            f"gave up (ranks) {gave_up} first missing {missing}"
+        )
     if args.csv:
         with open(args.csv, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(rows[0]))

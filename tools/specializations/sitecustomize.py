@@ -92,8 +92,7 @@ def _typed(params) -> dict:
         if not isinstance(a, str):  # a dtype object (tl.int64) has its name
             a = getattr(a, "name", None)
             a = a if isinstance(a, str) else ""
-        a = a.removeprefix("tl.")
-        a = {"int64": "i64", "int32": "i32"}.get(a, a)
+        a = a.removeprefix("tl.").replace("uint", "u").replace("int", "i")  # tl.uint32 -> u32, int64 -> i64
         if a in _INT_TYPES:
             out[p.name] = a
     return out

@@ -16,7 +16,8 @@ tests no job reported an outcome for (a stopped or crashed job's rest) are writt
 file removed when it would be empty: ``@DIR/not-run.txt`` as the pytest arguments of a later run
 (pytest 8.2 or later) runs just those.
 Prints each job's summary line and the totals, counted from the tests' own lines (a stopped job
-may print no summary); exits 1 if any job failed, was stopped, or collected nothing it was given.
+may print no summary); exits 1 if a test failed, errored, was refused (below) or did not run, or a
+job was stopped or ended other than by pytest's own exit.
 
 Tests marked ``alone`` (a process killed while its kernel runs: under MPS that faults the CUDA
 context of every process on the GPU, so a parallel job's tests would fail with it) are held back
@@ -27,10 +28,12 @@ Under MPS, mind the server's client limit (48 clients a GPU since Volta): each j
 keeps one World per world size it ran (up to 1 + 2 + 3 + 4 = 10 processes with a CUDA context,
 11 with the session's own), and some tests launch ranks of their own (an iris-examples CLI test:
 up to 4 more). Past the limit CUDA refuses new processes ("CUDA-capable device(s) is/are busy or
-unavailable"; counted in the output): four jobs over iris-ccl peaked at 41 CUDA processes, four
-over the other layers together at 49, with 6 iris-examples tests refused, each passing when run
-again in one job (BENCHMARKS.md, section "About this report"). Give iris-examples a run of its own or
-fewer jobs.
+unavailable"): four jobs over iris-ccl peaked at 41 CUDA processes, eight reached the limit (31
+of 244 tests refused on an H100). A test whose failure report carries that message was refused,
+not failed: once the jobs have ended, the refused tests run again in half as many jobs, and again
+until none is refused or one job was refused too (logs ``DIR/retry<N>-job-<M>.log``); the totals
+and ``failed.txt`` count each test's last run, and the output says how many were retried. A test
+that failed any other way is never run again.
 """
 
 from __future__ import annotations
@@ -99,7 +102,7 @@ def _deal(ids: list[str], jobs: int) -> list[list[str]]:
 
 _OUTCOMES = ("PASSED", "FAILED", "SKIPPED", "ERROR", "XFAIL", "XPASS")
 _TOTALS = {"PASSED": "passed", "FAILED": "failed", "SKIPPED": "skipped", "ERROR": "errors", "XFAIL": "xfailed",
-           "XPASS": "xpassed"}  # fmt: skip
+           "XPASS": "xpassed", "REFUSED": "refused"}  # fmt: skip
 
 
 def _outcomes(log: str, shard: list[str]) -> dict[str, set[str]]:
@@ -149,55 +152,82 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--jobs must be at least 1")
     ids = _collect(pytest_args)
     alone = [t for t in _collect(pytest_args, "alone") if t in ids]
-    shards = _deal([t for t in ids if t not in alone], args.jobs)
     os.makedirs(args.logs, exist_ok=True)
     for name in os.listdir(args.logs):  # an earlier run's logs would be read as this run's
-        if re.fullmatch(r"job-(\d+|alone)\.log", name):
+        if re.fullmatch(r"(retry\d+-)?job-(\d+|alone)\.(log|refused)", name):
             os.remove(os.path.join(args.logs, name))
     options = ["-v", *_without_verbosity(_options(pytest_args))]  # -v: each test's outcome by id
+    outcomes, ok = _round(ids, alone, args.jobs, options, args.logs, "", args.timeout)
+    jobs, retry = args.jobs, 0
+    while True:
+        refused = [t for t in ids if outcomes[t] == {"REFUSED"}]
+        if not refused or jobs == 1:
+            break
+        jobs, retry = max(1, jobs // 2), retry + 1
+        print(f"{len(refused)} tests were refused a CUDA context ({_REFUSED!r}: under MPS, past the server's "
+              f"client limit of 48): running them again in {jobs} jobs")  # fmt: skip
+        again, ok_again = _round(refused, [t for t in alone if t in refused], jobs, options, args.logs,
+                                 f"retry{retry}-", args.timeout)  # fmt: skip
+        outcomes.update(again)
+        ok = ok and ok_again
+    totals: dict[str, int] = {}
+    for found in outcomes.values():
+        for kind in found or ["not run"]:
+            kind = _TOTALS.get(kind, kind)
+            totals[kind] = totals.get(kind, 0) + 1
+    print("total: " + ", ".join(f"{v} {k}" for k, v in sorted(totals.items())) + f" of {len(ids)} tests"
+          + (f" (the last run of each; {retry} retries of refused tests)" if retry else ""))  # fmt: skip
+    not_run = [t for t in ids if not outcomes[t]]
+    failed = [t for t in ids if outcomes[t] & {"FAILED", "ERROR", "REFUSED"}]
+    _write_ids(os.path.join(args.logs, "not-run.txt"), not_run, ids, "tests not run")
+    _write_ids(os.path.join(args.logs, "failed.txt"), failed, ids, "tests failed, errored or were refused")
+    return 0 if ok and not failed and not not_run else 1
+
+
+def _round(ids: list[str], alone: list[str], jobs: int, options: list[str], logs: str, prefix: str,
+           timeout: float | None) -> tuple[dict[str, set[str]], bool]:  # fmt: skip
+    """``ids`` over ``jobs`` parallel jobs, then ``alone`` (a subset) in one job; logs named
+    ``<prefix>job-N.log``. Each test's outcomes (``{"REFUSED"}``: it failed only because CUDA
+    refused a process) and whether every job ended well."""
+    shards = _deal([t for t in ids if t not in alone], jobs)
     print(f"{len(ids)} tests in {len(shards)} jobs" + (f", then {len(alone)} alone" if alone else "")
-          + f" (logs in {args.logs}/)", flush=True)  # fmt: skip
+          + f" (logs in {logs}/{prefix}job-*.log)", flush=True)  # fmt: skip
     start = time.monotonic()
     stopped: set = set()
-    jobs = [_start(n, shard, options, args.logs) for n, shard in enumerate(shards)]
-    _wait(jobs, start, args.timeout, stopped)
+    started = [_start(n, shard, options, logs, prefix) for n, shard in enumerate(shards)]
+    _wait(started, start, timeout, stopped)
     if alone:
-        jobs.append(_start("alone", alone, options, args.logs))
-        _wait(jobs[-1:], start, args.timeout, stopped)
-    totals: dict[str, int] = {}
+        started.append(_start("alone", alone, options, logs, prefix))
+        _wait(started[-1:], start, timeout, stopped)
+    outcomes: dict[str, set[str]] = {}
     ok = True
-    not_run: list[str] = []
-    failed: list[str] = []
-    refused = 0
-    for n, proc, log, shard in jobs:
+    for n, proc, log, shard in started:
         log.close()
         with open(log.name) as f:
             text = f.read()
-        summary = _summary(text)
         state = "stopped" if n in stopped else f"exit {proc.returncode}"
-        print(f"job {n} ({len(shard)} tests, {state}): {summary}")
-        ok = ok and proc.returncode in (0, 5) and n not in stopped
-        outcomes = _outcomes(text, shard)
-        for found in outcomes.values():  # from the tests' own lines: a stopped job may print no summary
-            for kind in found or ["not run"]:
-                kind = _TOTALS.get(kind, kind)
-                totals[kind] = totals.get(kind, 0) + 1
-        not_run += [t for t in shard if not outcomes[t]]
-        failed += [t for t in shard if outcomes[t] & {"FAILED", "ERROR"}]
-        refused += _REFUSED in text
-    print("total: " + ", ".join(f"{v} {k}" for k, v in sorted(totals.items())) + f" of {len(ids)} tests")
-    _write_ids(os.path.join(args.logs, "not-run.txt"), not_run, ids, "tests not run")
-    _write_ids(os.path.join(args.logs, "failed.txt"), failed, ids, "tests failed or errored")
-    if refused:
-        print(f"{refused} jobs logged {_REFUSED!r}: under MPS, a new CUDA process past the server's "
-              "client limit (48) gets that error; rerun the failed tests with fewer jobs")  # fmt: skip
-    return 0 if ok else 1
+        print(f"{prefix}job {n} ({len(shard)} tests, {state}): {_summary(text)}")
+        ok = ok and proc.returncode in (0, 1, 5) and n not in stopped  # 1: tests failed (listed below)
+        refused_path = os.path.join(logs, f"{prefix}job-{n}.refused")
+        refused = open(refused_path).read().split("\n") if os.path.exists(refused_path) else []
+        found = _outcomes(text, shard)  # from the tests' own lines: a stopped job may print no summary
+        for t in shard:
+            if found[t] in ({"FAILED"}, {"ERROR"}) and any(name in refused for name in _printed(t)):
+                found[t] = {"REFUSED"}
+        outcomes.update(found)
+    return outcomes, ok
 
 
-def _start(n, shard: list[str], options: list[str], logs: str):
-    """Job ``n``: a pytest process on ``shard``, its output in ``logs/job-<n>.log``."""
-    log = open(os.path.join(logs, f"job-{n}.log"), "w")
-    proc = subprocess.Popen([sys.executable, "-m", "pytest", *options, *shard], stdout=log, stderr=subprocess.STDOUT)
+def _start(n, shard: list[str], options: list[str], logs: str, prefix: str = ""):
+    """Job ``n``: a pytest process on ``shard``, its output in ``logs/<prefix>job-<n>.log``, the tests
+    CUDA refused in ``<prefix>job-<n>.refused`` (written by ``parallel_tests_plugin``, beside this file)."""
+    log = open(os.path.join(logs, f"{prefix}job-{n}.log"), "w")
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = os.environ.get("PYTHONPATH")
+    env = dict(os.environ, PYTHONPATH=here + (os.pathsep + path if path else ""),
+               PARALLEL_TESTS_REFUSED=os.path.abspath(os.path.join(logs, f"{prefix}job-{n}.refused")))  # fmt: skip
+    command = [sys.executable, "-m", "pytest", "-p", "parallel_tests_plugin", *options, *shard]
+    proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
     return n, proc, log, shard
 
 

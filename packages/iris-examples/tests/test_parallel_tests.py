@@ -48,9 +48,10 @@ def test_a_crashed_job_s_rest_is_not_run_and_failures_are_listed_for_a_rerun(tmp
     logs = tmp_path / "logs"
     assert (logs / "not-run.txt").read_text() == "test_a.py::test_crash\ntest_a.py::test_after\n"
     assert (logs / "failed.txt").read_text() == "test_a.py::test_fail\ntest_a.py::test_space[x y]\n"
-    assert "total: 2 failed, 2 not run, 1 passed of 5 tests" in done.stdout, done.stdout
+    assert "total: 1 failed, 2 not run, 1 passed, 1 refused of 5 tests" in done.stdout, done.stdout
     assert "2 tests not run; to run just those: pytest @logs/not-run.txt" in done.stdout
-    assert "1 jobs logged" in done.stdout and "client limit (48)" in done.stdout
+    assert "1 tests were refused a CUDA context" in done.stdout and "again in 1 jobs" in done.stdout, done.stdout
+    assert "retry1-job 0 (1 tests, exit 1)" in done.stdout, done.stdout  # refused again: the last try
     if pytest.version_tuple >= (8, 2):  # @file arguments
         rerun = _run(tmp_path, "-m", "pytest", "-q", "-p", "no:cacheprovider", "@logs/failed.txt")
         assert "2 failed in" in rerun.stdout, rerun.stdout  # the ids as written select just those two
@@ -98,6 +99,35 @@ def test_kills(n):
 """
 
 
+RETRIED = f"""
+import os, pytest
+
+@pytest.mark.parametrize("n", range(4))
+def test_refused_once(n):
+    mark = f"tried-{{n}}"
+    if n % 2 == 0 and not os.path.exists(mark):  # CUDA refused this process the first time
+        open(mark, "w").close()
+        raise RuntimeError("CUDA error: {REFUSED}")
+
+def test_fails_alike_each_time():
+    raise AssertionError("not a refusal")
+"""
+
+
+def test_refused_tests_run_again_with_half_the_jobs_and_their_last_run_counts(tmp_path):
+    """A test that failed because CUDA refused its process (MPS's client limit) runs again in half as
+    many jobs, and counts as its last run; a test that failed otherwise is not run again."""
+    (tmp_path / "test_r.py").write_text(RETRIED)
+    done = _run(tmp_path, str(TOOL), "--jobs", "4", "--logs", "logs", "--", "test_r.py", "-p", "no:cacheprovider")
+    assert done.returncode == 1, done.stdout + done.stderr  # test_fails_alike_each_time
+    assert "2 tests were refused a CUDA context" in done.stdout and "again in 2 jobs" in done.stdout, done.stdout
+    assert "total: 1 failed, 4 passed of 5 tests (the last run of each; 1 retries" in done.stdout, done.stdout
+    assert (tmp_path / "logs" / "failed.txt").read_text() == "test_r.py::test_fails_alike_each_time\n"
+    retried = sorted(n for n in os.listdir(tmp_path / "logs") if n.startswith("retry1-") and n.endswith(".log"))
+    assert retried == ["retry1-job-0.log", "retry1-job-1.log"], retried
+    assert "test_fails_alike_each_time" not in "".join((tmp_path / "logs" / n).read_text() for n in retried)
+
+
 def test_tests_marked_alone_run_after_every_parallel_job_in_one_job(tmp_path):
     """``alone`` tests (a process killed while its kernel runs, which under MPS faults every process
     on the GPU) start only once every other test has ended, one after the other in job-alone."""
@@ -113,7 +143,6 @@ def test_tests_marked_alone_run_after_every_parallel_job_in_one_job(tmp_path):
     assert times["alone0"][0] >= shared_end and times["alone1"][0] >= times["alone0"][1], times
 
 
-
 def test_gpu_tests_with_jobs_runs_each_named_folder_through_the_runner(tmp_path):
     """``JOBS=N tools/gpu-tests.sh FOLDER... -- ARGS``: each folder dealt over N jobs by
     parallel-tests, its logs in LOGS/<the folder's parent>, every job compiling through
@@ -122,7 +151,7 @@ def test_gpu_tests_with_jobs_runs_each_named_folder_through_the_runner(tmp_path)
     import shutil
 
     (tmp_path / "tools").mkdir()
-    for name in ("gpu-tests.sh", "parallel-tests.py"):
+    for name in ("gpu-tests.sh", "parallel-tests.py", "parallel_tests_plugin.py"):
         shutil.copy(TOOL.parent / name, tmp_path / "tools" / name)
     tests = tmp_path / "packages" / "some-layer" / "tests"
     tests.mkdir(parents=True)

@@ -52,14 +52,20 @@ def _reduce_flags(op: str, world_size: int, dtype: torch.dtype) -> dict:
             "IS_FLOAT": dtype.is_floating_point}  # fmt: skip
 
 
-def _start(name: str, heap, config, extras: tuple, tensors: tuple, check=None, op: str | None = None):
+def _start(name: str, heap, config, extras: tuple, tensors: tuple, check=None, op: str | None = None,
+           args: tuple = ()):  # fmt: skip
     """``(heap, call, layout)``: the checked heap, the ``Call`` (keyed for its plan by the arguments) and
-    the tensors' memory order (one tensor's, or the pair's, which must agree); or None when an
-    identical call ran before and its plan was just launched again (``iris.ccl.plans``: no check runs
-    twice), or when the input (the last tensor) has no elements: the call has then launched
-    ``barrier()``, since it still pairs up with its peers' calls. ``check(*tensors, world_size)``:
-    the collective's own checks, after the tensors' common ones; ``op``: a reduction's, checked
-    against the dtype of the input (the last tensor) after them."""
+    the tensors' memory order (one tensor's, or the pair's, which must agree); or None when the call
+    is done: while dynamo traces it, as its ``torch.ops.iris`` op (``custom_ops``, given the tensors,
+    then ``op`` or ``args``), when an identical call ran before and its plan was just launched again
+    (``iris.ccl.plans``: no check runs twice), or when the input (the last tensor) has no elements:
+    the call has then launched ``barrier()``, since it still pairs up with its peers' calls.
+    ``check(*tensors, world_size)``: the collective's own checks, after the tensors' common ones;
+    ``op``: a reduction's, checked against the dtype of the input (the last tensor) after them. The
+    collective returns its tensor when this returns None (as the custom op does)."""
+    if _compiling():
+        getattr(custom_ops, name)(*tensors, *((op,) if op is not None else args), heap=heap, config=config)
+        return None
     heap = check_heap(heap)
     if plans.replay_recent(heap, name, config, extras, tensors):
         return None
@@ -79,6 +85,16 @@ def _start(name: str, heap, config, extras: tuple, tensors: tuple, check=None, o
     return heap, call, layout
 
 
+def _source(call, inp: torch.Tensor, layout, on_heap: tuple = (), **fields) -> tuple:
+    """``(buffer peers read, inp flat, staged)`` (``Call.source``), the call described by it:
+    ``inp``'s elements and dtype, ``fields``, and whether it is ``inp`` itself after the ``on_heap``
+    flags of the tensors before it."""
+    data = flat(inp)
+    src, staged = call.source(data)
+    call.describe(inp.numel(), src, dtype=inp.dtype, on_heap=(*on_heap, src is data), layout=layout, **fields)
+    return src, data, staged
+
+
 def all_reduce(tensor: torch.Tensor, op: str = "sum", *, heap=None, config: Config | None = None) -> torch.Tensor:
     """In place: every rank's ``tensor`` becomes ``op`` over all ranks' tensors (ranks combined in order).
 
@@ -88,8 +104,6 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", *, heap=None, config: Conf
     all-gather by reads: only remote reads), ``auto`` (``AUTO_ALL_REDUCE``: two_shot).
     Asynchronous: returns once the work is queued (``Config(blocking=True)`` waits).
     """
-    if _compiling():
-        return custom_ops.all_reduce(tensor, op, heap=heap, config=config)
     if (started := _start("all_reduce", heap, config, (op,), (tensor,), op=op)) is None:
         return tensor
     heap, call, layout = started
@@ -138,8 +152,6 @@ def all_gather(out: torch.Tensor, inp: torch.Tensor, *, heap=None, config: Confi
     into every rank's ``out``; otherwise ``inp`` is staged on the heap (unless it is there) and
     every rank reads every rank's input into its own ``out``.
     """
-    if _compiling():
-        return custom_ops.all_gather(out, inp, heap=heap, config=config)
     if (started := _start("all_gather", heap, config, (), (out, inp), check_all_gather)) is None:
         return out
     heap, call, layout = started
@@ -151,9 +163,7 @@ def all_gather(out: torch.Tensor, inp: torch.Tensor, *, heap=None, config: Confi
             m = src.numel()
             call.launch(call.kernels.push_kernel, src=src, dst=words(out), n=m, chunk_index=heap.rank, W=w)
             return out
-        data = flat(inp)
-        src, staged = call.source(data)  # pull: every rank reads every rank's input
-        call.describe(n, src, variant="pull", on_heap=(False, src is data), dtype=inp.dtype, layout=layout)
+        src, data, staged = _source(call, inp, layout, (False,), variant="pull")  # every rank reads every input
         src = words(src)
         m = src.numel()
         call.launch(call.kernels.gather_kernel, src=src, dst=words(out), piece=m, dst_numel=w * m, src_stride=0, piece_index=0,
@@ -165,16 +175,12 @@ def reduce_scatter(
     out: torch.Tensor, inp: torch.Tensor, op: str = "sum", *, heap=None, config: Config | None = None
 ) -> torch.Tensor:
     """``out`` = ``op`` over ranks of chunk ``rank`` of ``inp`` (``inp`` is W equal chunks along dim 0)."""
-    if _compiling():
-        return custom_ops.reduce_scatter(out, inp, op, heap=heap, config=config)
     if (started := _start("reduce_scatter", heap, config, (op,), (out, inp), check_reduce_scatter, op)) is None:
         return out
     heap, call, layout = started
     with call:  # keeps the call's plan if it completes
         chunk, w = out.numel(), heap.world_size
-        data = flat(inp)
-        src, staged = call.source(data)
-        call.describe(inp.numel(), src, op=op, dtype=inp.dtype, on_heap=(src is data,), layout=layout)
+        src, data, staged = _source(call, inp, layout, op=op)
         call.launch(call.kernels.reduce_kernel, src=src, dst=flat(out), N=w * chunk, chunk_index=heap.rank, chunk=chunk,
                 user=data, PUSH=False, DST_CHUNKED=False, COPY_BACK=False, staged=staged,
                 **_reduce_flags(op, w, inp.dtype))  # fmt: skip
@@ -183,16 +189,12 @@ def reduce_scatter(
 
 def all_to_all(out: torch.Tensor, inp: torch.Tensor, *, heap=None, config: Config | None = None) -> torch.Tensor:
     """Chunk j of ``inp`` goes to rank j; chunk i of ``out`` came from rank i (W equal chunks along dim 0)."""
-    if _compiling():
-        return custom_ops.all_to_all(out, inp, heap=heap, config=config)
     if (started := _start("all_to_all", heap, config, (), (out, inp), check_all_to_all)) is None:
         return out
     heap, call, layout = started
     with call:  # keeps the call's plan if it completes
         w = heap.world_size
-        data = flat(inp)
-        src, staged = call.source(data)
-        call.describe(inp.numel(), src, dtype=inp.dtype, on_heap=(src is data,), layout=layout)
+        src, data, staged = _source(call, inp, layout)
         src = words(src)
         c = src.numel() // w
         call.launch(call.kernels.gather_kernel, src=src, dst=words(out), piece=c, dst_numel=w * c, src_stride=0,
@@ -203,9 +205,9 @@ def all_to_all(out: torch.Tensor, inp: torch.Tensor, *, heap=None, config: Confi
 
 def broadcast(tensor: torch.Tensor, src: int, *, heap=None, config: Config | None = None) -> torch.Tensor:
     """In place: every rank's ``tensor`` becomes rank ``src``'s."""
-    if _compiling():
-        return custom_ops.broadcast(tensor, src, heap=heap, config=config)
-    started = _start("broadcast", heap, config, (src, type(src)), (tensor,), lambda _, w: check_src(src, w))
+    started = _start(
+        "broadcast", heap, config, (src, type(src)), (tensor,), lambda _, w: check_src(src, w), args=(src,)
+    )
     if started is None:
         return tensor
     heap, call, layout = started

@@ -13,7 +13,9 @@ __all__ = [
     "MAX_NUM_WARPS",
     "check_choice",
     "check_flag",
+    "check_launch",
     "check_power_of_two",
+    "check_range",
 ]
 
 #: ``"auto"`` is the variant measured fastest (``iris.ccl.AUTO_ALL_REDUCE``: two_shot).
@@ -53,6 +55,16 @@ def check_flag(name: str, value) -> None:
         raise TypeError(f"{name} must be True or False, got {value!r}")
 
 
+def check_launch(config, max_programs: int) -> None:
+    """The fields every layer's ``Config`` has (``backend``, ``num_programs`` up to ``max_programs``,
+    ``num_warps``, ``blocking``, ``trace``), checked alike: this ``Config``'s and ``iris.ops.Config``'s."""
+    check_choice("backend", config.backend, BACKENDS)
+    check_range("num_programs", config.num_programs, 1, max_programs)
+    check_power_of_two("num_warps", config.num_warps, 1, MAX_NUM_WARPS)
+    check_flag("blocking", config.blocking)
+    check_flag("trace", config.trace)
+
+
 def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
@@ -90,12 +102,8 @@ class Config:
 
     def __post_init__(self):
         check_choice("variant", self.variant, ALL_REDUCE_VARIANTS)
-        check_choice("backend", self.backend, BACKENDS)
         check_power_of_two("block_size", self.block_size, 16, MAX_BLOCK_SIZE)
-        check_range("num_programs", self.num_programs, 1, _MAX_PROGRAMS)
-        check_power_of_two("num_warps", self.num_warps, 1, MAX_NUM_WARPS)
-        check_flag("blocking", self.blocking)
-        check_flag("trace", self.trace)
+        check_launch(self, _MAX_PROGRAMS)
 
     def __hash__(self) -> int:
         # Configs key the collectives' plans (one hash per call): the fields are hashed once, at

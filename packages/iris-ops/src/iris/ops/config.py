@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from iris.ccl.config import BACKENDS, MAX_NUM_WARPS, check_choice, check_flag, check_power_of_two, check_range
+from iris.ccl.config import BACKENDS, check_launch, check_power_of_two, check_range
 
 __all__ = ["BACKENDS", "Config", "DEFAULT", "MAX_BLOCK", "MAX_GROUP_M", "MAX_PROGRAMS", "resolve"]
 
@@ -58,15 +58,11 @@ class Config:
     trace: bool = False
 
     def __post_init__(self):
-        check_choice("backend", self.backend, BACKENDS)
         for name in ("block_m", "block_n", "block_k"):
             check_power_of_two(name, getattr(self, name), 16, MAX_BLOCK)
         check_range("group_m", self.group_m, 1, MAX_GROUP_M)
-        check_range("num_programs", self.num_programs, 1, MAX_PROGRAMS)
         check_range("num_stages", self.num_stages, 1, _MAX_STAGES)
-        check_power_of_two("num_warps", self.num_warps, 1, MAX_NUM_WARPS)
-        check_flag("blocking", self.blocking)
-        check_flag("trace", self.trace)
+        check_launch(self, MAX_PROGRAMS)
 
 
 #: What a call without ``config`` runs with.

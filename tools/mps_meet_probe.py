@@ -27,6 +27,15 @@ spin), the ranks that gave up (``CollectiveTimeoutError``) and the first rank ea
 (``nvidia-cuda-mps-control -d``) and without it::
 
     python3 tools/mps_meet_probe.py --ranks 4 --seconds 240 --csv probe.csv
+
+``--stamps FILE``: every rank also launches a one-program kernel before each call of a group and
+after its last, which writes the device's clock (``iris.mem.triton.clock_ns``: the global timer,
+one clock for every client of the GPU) when its stream reaches it, that is once the call before
+has ended. After a failed group every rank's stamps go to FILE (arm, group, rank, call index,
+milliseconds after the group's first stamp on any rank): a late rank whose stamp before the
+failing call is on time had its call ready and not started; one whose stamp is late had its
+previous call (or the stamp kernel itself) held back. The extra launches change the timing, so
+run it beside a run without.
 """
 
 from __future__ import annotations
@@ -37,10 +46,22 @@ import random
 import re
 import time
 
+import triton
+import triton.language as tl
+
+import iris.mem.triton as imt
+
 ARMS = ("equal", "random", "none", "equal-33", "equal-1", "single")
 
 
-def _body(rank, world_size, seconds, reps, nbytes, timeout, variant):
+@imt.interpret()
+@triton.jit
+def _stamp(out, i):
+    """Writes the device clock into ``out[i]`` once its stream reaches it (``--stamps``)."""
+    tl.store(out + i, imt.clock_ns())
+
+
+def _body(rank, world_size, seconds, reps, nbytes, timeout, variant, stamps=False, late_rank=-1):
     import torch
 
     import iris.ccl as ccl
@@ -54,6 +75,9 @@ def _body(rank, world_size, seconds, reps, nbytes, timeout, variant):
     rng = random.Random(rank)
     spin_s = 2e-3
     stats = {arm: {"groups": 0, "calls": 0, "failures": 0, "places": [], "gave_up": [], "missing": []} for arm in ARMS}
+    stamp = _stamp if stamps else None
+    clocks = torch.zeros(reps + 1, dtype=torch.int64, device=heap.device)
+    stamped = []  # (arm, group, rank, call, ms): the stamps of failed groups, on rank 0
     stop = time.monotonic() + seconds
     arm_index = 0
     since_reset = 0  # collectives since the last reset: a failure's "collective #N" counts from there
@@ -74,24 +98,42 @@ def _body(rank, world_size, seconds, reps, nbytes, timeout, variant):
         calls = 1 if arm == "single" else reps
         stats[arm]["groups"] += 1
         stats[arm]["calls"] += calls
+        if rank == late_rank and stats[arm]["groups"] == 1 and arm == ARMS[0]:  # --late-rank: the failure path
+            time.sleep(timeout + 1)
+        if stamp is not None:
+            clocks.zero_()
+        error = None
         try:
-            for _ in range(calls):
+            for i in range(calls):
+                if stamp is not None:
+                    stamp[(1,)](clocks, i)
                 ccl.all_reduce(x, config=cfg)
+            if stamp is not None:
+                stamp[(1,)](clocks, calls)
             heap.barrier()
         except Exception as e:  # a collective of the group timed out: where, then start afresh
+            error = e
+        if stamp is not None and max(heap.all_gather_object(error is not None)):
+            if gpu:
+                torch.cuda.synchronize()  # every stamp that will run has run (waits end within the bound)
+            everyone = heap.all_gather_object(clocks[: calls + 1].tolist())
+            t0 = min(c for row in everyone for c in row if c > 0)
+            stamped += [(arm, stats[arm]["groups"], r, i, round((c - t0) / 1e6, 3) if c > 0 else "")
+                        for r, row in enumerate(everyone) for i, c in enumerate(row)]  # fmt: skip
+        if error is not None:
             stats[arm]["failures"] += 1
-            m = re.search(r"collective #(\d+)", str(e))
+            m = re.search(r"collective #(\d+)", str(error))
             stats[arm]["places"].append(int(m.group(1)) - first if m else -1)
-            if type(e).__name__ == "CollectiveTimeoutError":  # this rank gave up, on its first missing peer
+            if type(error).__name__ == "CollectiveTimeoutError":  # this rank gave up, on its first missing peer
                 stats[arm]["gave_up"].append(rank)
-                stats[arm]["missing"].append(getattr(e, "missing_rank", -1))
+                stats[arm]["missing"].append(getattr(error, "missing_rank", -1))
             if gpu:
                 torch.cuda.synchronize()
             ccl.reset()
             since_reset = -calls
         since_reset += calls
     heap.close()
-    return stats
+    return stats, stamped
 
 
 def _spin_rate() -> float:
@@ -117,11 +159,20 @@ def main() -> None:
     p.add_argument("--timeout", type=float, default=3.0, help="heap.wait_timeout (seconds)")
     p.add_argument("--variant", default="two_shot")
     p.add_argument("--csv")
+    p.add_argument("--stamps", help="a CSV of the device clock around every call of each failed group")
+    p.add_argument("--late-rank", type=int, default=-1,
+                   help="this rank arrives --timeout + 1 s late at the first group (checks the failure path)")  # fmt: skip
     args = p.parse_args()
     from iris.testing.world import run
 
-    results = run(_body, args.ranks, args.seconds, args.reps, args.bytes, args.timeout, args.variant,
-                  timeout=args.seconds + 600)  # fmt: skip
+    done = run(_body, args.ranks, args.seconds, args.reps, args.bytes, args.timeout, args.variant, bool(args.stamps),
+               args.late_rank, timeout=args.seconds + 600)  # fmt: skip
+    results = [stats for stats, _ in done]
+    if args.stamps:
+        with open(args.stamps, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["arm", "group", "rank", "call", "ms"])
+            w.writerows(done[0][1])
     rows = []
     for arm in ARMS:
         groups = results[0][arm]["groups"]

@@ -106,9 +106,11 @@ def check_all(rank, world_size, backend, dtype):
                 ccl.reduce_scatter(out, place(heap, chunks[rank], on_heap), op=op, config=cfg)
                 want = reference_reduce([c.chunk(w)[rank] for c in chunks], op)
                 _check(out, want, f"reduce_scatter {op} {dtype} {shape} heap={on_heap}")
-            out = torch.empty_like(chunks[rank], device=dev)
-            ccl.all_to_all(out, place(heap, chunks[rank], on_heap), config=cfg)
-            _check(out, torch.cat([c.chunk(w)[rank] for c in chunks]), f"all_to_all {dtype} {shape} heap={on_heap}")
+            for out_on_heap in (True, False):  # pushes into a heap out, pulls into any other
+                out = place(heap, torch.zeros_like(chunks[rank]), out_on_heap)
+                ccl.all_to_all(out, place(heap, chunks[rank], on_heap), config=cfg)
+                want = torch.cat([c.chunk(w)[rank] for c in chunks])
+                _check(out, want, f"all_to_all {dtype} {shape} heap={on_heap} out_heap={out_on_heap}")
             # broadcast from a rank that changes with the case
             src = seed % w
             t = place(heap, inputs[rank], on_heap)
@@ -237,6 +239,56 @@ def staged_in_and_out_of_the_kernel(rank, world_size, backend):
     finally:
         call_module.FOLD_BYTES = fold
     heap.barrier()  # raises what the (asynchronous) collectives recorded, if anything
+    heap.check_symmetry()
+    return calls
+
+
+def pushed_into_heap_tensors(rank, world_size, backend):
+    """The collectives that store into peers' heap tensors (all_gather's and all_to_all's push into
+    a heap ``out``, broadcast's relay of a heap tensor, where every rank stores its piece of the
+    root's tensor into the others) write their tensors and nothing else: each tensor is a view
+    inside a larger heap allocation whose margins, and a canary allocation after it, must stay as
+    they were on every rank. Sizes that leave ranks a short or an empty piece, float32 and bfloat16
+    (16-bit words), back to back with no host barrier. Returns the calls made."""
+    heap = iris.heap.init(1 << 22)
+    w = world_size
+    canaries = []
+
+    margin = -7.0 - rank  # each rank's own: a peer's margin copied in shows
+
+    def guarded(numel, dtype, values=None):
+        whole = heap.full((numel + 128,), margin, dtype=dtype)
+        canaries.append((whole, numel, heap.full((64,), -9.0, dtype=dtype)))
+        t = whole[64 : 64 + numel]
+        if values is not None:
+            t.copy_(values)
+        return t
+
+    calls = 0
+    for dtype in (torch.float32, torch.bfloat16):
+        for numel in (1, 17, 300):
+            c = ccl.Config(block_size=64, num_programs=2, backend=backend)
+            seed = 9000 + calls
+            what = f"{numel} {dtype} per rank"
+            mine = [make(r, (numel,), dtype, seed) for r in range(w)]
+            out = guarded(w * numel, dtype)
+            ccl.all_gather(out, mine[rank].to(heap.device), config=c)
+            _check(out, torch.cat(mine), f"all_gather, {what}")
+            chunks = [make(r, (w * numel,), dtype, seed + 1) for r in range(w)]
+            for inp in (chunks[rank].to(heap.device), guarded(w * numel, dtype, chunks[rank])):
+                out = guarded(w * numel, dtype)
+                ccl.all_to_all(out, inp, config=c)
+                _check(out, torch.cat([x[rank * numel : (rank + 1) * numel] for x in chunks]), f"all_to_all, {what}")
+            for src in range(w):
+                t = guarded(w * numel, dtype, chunks[rank])
+                ccl.broadcast(t, src, config=c)
+                _check(t, chunks[src], f"broadcast from {src}, {what}")
+            calls += 3 + w
+    heap.barrier()  # raises what the (asynchronous) collectives recorded, if anything
+    for whole, numel, canary in canaries:
+        margins = torch.cat([whole[:64], whole[64 + numel :]]).float().cpu()
+        assert torch.equal(margins, torch.full((128,), margin)), f"rank {rank}: a collective wrote outside its tensor"
+        assert torch.equal(canary.float().cpu(), torch.full((64,), -9.0)), f"rank {rank}: the canary changed"
     heap.check_symmetry()
     return calls
 

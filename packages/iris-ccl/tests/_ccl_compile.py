@@ -6,6 +6,8 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
+from iris.ccl.call import Push
+
 TARGETS = {"cuda": GPUTarget("cuda", 90, 32), "hip": GPUTarget("hip", "gfx942", 64)}
 _HEAD = {
     "context_ptr": "*i64",
@@ -74,8 +76,13 @@ def cases(K):
                     {**_HEAD, "src": f"*{dt}", "dst": f"*{dt}", **ints, "user": f"*{dt}", "user_numel": "i32",
                      "staged": "i32", "RANKS": "constexpr", **tail},
                     {"RANKS": 4, "FLAGS": 4, "BLOCK": 4096, "SCOPE": "sys", "TRACE": False}))  # fmt: skip
-        out.append((f"push {dt}", K.push_kernel, {**_HEAD, "src": f"*{dt}", "dst": f"*{dt}", "n": "i32",
-                    "chunk_index": "i32", "W": "constexpr", **tail}, {"W": 4, "FLAGS": 4, "BLOCK": 4096, "SCOPE": "sys", "TRACE": False}))  # fmt: skip
+        # push: all_gather's (SAME) for every word size; all_to_all's (CHUNKS) and broadcast's relay for one
+        for mode in [Push.SAME] + ([Push.CHUNKS, Push.RELAY] if dt == "i32" else []):
+            label = f"push {dt}" + ("" if mode == Push.SAME else f" mode{mode}")
+            out.append((label, K.push_kernel, {**_HEAD, "src": f"*{dt}", "dst": f"*{dt}", "n": "i32",
+                        "chunk_index": "i32", "dst_numel": "i32", "src_rank": "i32", "W": "constexpr",
+                        "MODE": "constexpr", **tail},
+                        {"W": 4, "MODE": mode, "FLAGS": 4, "BLOCK": 4096, "SCOPE": "sys", "TRACE": False}))  # fmt: skip
     # Config(trace=True): one of each kernel with its phases recorded
     traced = {"barrier", "reduce bf16 op1 push=True chunked=True", "gather i32", "push i16"}
     out += [(f"{label} traced", fn, sig, {**c, "TRACE": True}) for label, fn, sig, c in out if label in traced]

@@ -102,14 +102,20 @@ def traced_collectives(rank, world_size, backend):
         assert _by_peer(events, "remote store") == dict.fromkeys(range(w), N * e)
         assert torch.equal(out.cpu(), torch.arange(1, w + 1, dtype=torch.float32).repeat_interleave(N))
 
-        # all_to_all: a piece read from every rank
+        # all_to_all into a heap output pushes chunk r of this rank's input into rank r
         a2a_in, a2a_out = heap.full((w * 8,), float(rank)), heap.zeros((w * 8,))
         events = run("all_to_all", lambda: ccl.all_to_all(a2a_out, a2a_in, config=cfg))
-        assert _by_peer(events, "remote load") == dict.fromkeys(range(w), 8 * e)
+        assert _by_peer(events, "remote store") == dict.fromkeys(range(w), 8 * e)
+        assert _by_peer(events, "remote load") == {}
 
-        # broadcast from the last rank: every other rank reads the whole tensor from it
+        # broadcast of a heap tensor from the last rank: every rank reads its piece of the root's
+        # tensor (pieces of whole 16 words) and stores it into every rank but the root
         events = run("broadcast", lambda: ccl.broadcast(x, w - 1, config=cfg))
-        assert _by_peer(events, "remote load") == ({} if rank == w - 1 else {w - 1: N * e})
+        piece = ((N + w - 1) // w + 15) // 16 * 16
+        mine = max(0, min(N, (rank + 1) * piece) - rank * piece)
+        assert _by_peer(events, "remote load") == {w - 1: mine * e}, events
+        assert _by_peer(events, "remote store") == {r: mine * e for r in range(w) if r != w - 1}, events
+        assert torch.equal(x.cpu(), torch.full((N,), float(w)))
 
         # barrier: one program, its entry only
         events = run("barrier", lambda: ccl.barrier(config=cfg), exit=False)

@@ -24,6 +24,12 @@ def test_tensors_off_the_heap_are_staged_inside_the_kernel_or_around_it_alike(wo
     assert world.run(_ccl_cases.staged_in_and_out_of_the_kernel, world_size, backend) == [36] * world_size
 
 
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_pushes_into_peers_heap_tensors_write_those_tensors_and_nothing_else(world, backend, world_size):
+    calls = (3 + world_size) * 6
+    assert world.run(_ccl_cases.pushed_into_heap_tensors, world_size, backend) == [calls] * world_size
+
+
 @pytest.mark.parametrize("world_size", [1, 3])
 def test_collectives_of_no_elements_write_nothing_and_still_pair_up(world, backend, world_size):
     assert world.run(_ccl_cases.empty_inputs, world_size, backend) == [12] * world_size

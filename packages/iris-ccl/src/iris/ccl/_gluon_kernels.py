@@ -23,6 +23,7 @@ from iris.heap.tracing import EVENTS
 
 from . import protocol
 from . import protocol_gluon as proto
+from .call import Push
 
 __all__ = ["barrier_kernel", "reduce_kernel", "gather_kernel", "push_kernel"]
 
@@ -31,6 +32,10 @@ _AVG = gl.constexpr(protocol.REDUCE_OPS["avg"])
 _TILE = gl.constexpr(EVENTS["tile"])
 _REMOTE_LOAD = gl.constexpr(EVENTS["remote load"])
 _REMOTE_STORE = gl.constexpr(EVENTS["remote store"])
+# push_kernel's MODEs (iris.ccl.call.Push).
+_SAME = gl.constexpr(Push.SAME)
+_CHUNKS = gl.constexpr(Push.CHUNKS)
+_RELAY = gl.constexpr(Push.RELAY)
 
 
 @gluon.jit
@@ -177,13 +182,22 @@ def gather_kernel(
     proto.finish(ctx, tr, sync, epoch, go, FLAGS, SCOPE)
 
 
+@gluon.jit
+def _store(ctx, tr, where, v, to, mask, nbytes):
+    """``v`` into rank ``to``'s copy at ``where``, recorded as a "remote store" (``Config(trace=True)``)."""
+    h = tr.record_start(_REMOTE_STORE, to, nbytes)
+    ctx.store(where, v, to, mask=mask)
+    tr.record_end(h)
+
+
 @proto.kernel
 def push_kernel(
-    context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, src, dst, n, chunk_index,
-    W: gl.constexpr, FLAGS: gl.constexpr, BLOCK: gl.constexpr, SCOPE: gl.constexpr, TRACE: gl.constexpr,
+    context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, src, dst, n, chunk_index, dst_numel, src_rank,
+    W: gl.constexpr, MODE: gl.constexpr, FLAGS: gl.constexpr, BLOCK: gl.constexpr, SCOPE: gl.constexpr,
+    TRACE: gl.constexpr,
 ):  # fmt: skip
-    """Every rank's dst[chunk_index * n + i] = this rank's src[i], for i < n (all_gather into heap
-    outputs: each input read once, from local memory, and stored into all W ranks)."""
+    """This rank's piece, read once, stored into every rank's dst at [chunk_index * n, + n), by
+    ``MODE`` (``call.Push``: ``SAME``, ``CHUNKS``, ``RELAY``; see _triton_kernels)."""
     ctx, tr, epoch, go = proto.begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, FLAGS, SCOPE, TRACE)
     L: gl.constexpr = proto.tile_layout(BLOCK, gl.num_warps(), src.dtype.element_ty)
     offset = chunk_index.to(gl.int64) * n  # as reduce_kernel's start: the same specialization on every rank
@@ -191,14 +205,24 @@ def push_kernel(
     while go & (t < gl.cdiv(n, BLOCK)):
         offs = t * BLOCK + gl.arange(0, BLOCK, layout=L)
         mask = offs < n
+        if MODE == _RELAY:
+            mask = mask & (offset + offs < dst_numel)
         nbytes = _bytes(mask, dst) if TRACE else 0
         tile = tr.record_start(_TILE, ctx.rank, nbytes)
-        v = gl.load(src + offs, mask=mask)
+        if MODE == _RELAY:
+            h = tr.record_start(_REMOTE_LOAD, src_rank, nbytes)
+            v = ctx.load(src + offset + offs, src_rank, mask=mask)
+            tr.record_end(h)
+        elif MODE == _SAME:
+            v = gl.load(src + offs, mask=mask)
         for j in gl.static_range(W):
             to = (ctx.rank + j) % W
-            h = tr.record_start(_REMOTE_STORE, to, nbytes)
-            ctx.store(dst + offset + offs, v, to, mask=mask)
-            tr.record_end(h)
+            if MODE == _CHUNKS:  # chunk `to` of the input, for rank `to` alone
+                v = gl.load(src + to.to(gl.int64) * n + offs, mask=mask)
+            if MODE != _RELAY:
+                _store(ctx, tr, dst + offset + offs, v, to, mask, nbytes)
+            elif to != src_rank:  # the root's copy is the source
+                _store(ctx, tr, dst + offset + offs, v, to, mask, nbytes)
         tr.record_end(tile)
         t += gl.num_programs(0)
     proto.finish(ctx, tr, sync, epoch, go, FLAGS, SCOPE)

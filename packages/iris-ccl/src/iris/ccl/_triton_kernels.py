@@ -17,6 +17,7 @@ from iris.heap.tracing import EVENTS
 
 from . import protocol
 from . import protocol_triton as proto
+from .call import Push
 
 __all__ = ["barrier_kernel", "reduce_kernel", "gather_kernel", "push_kernel"]
 
@@ -25,6 +26,10 @@ _AVG = tl.constexpr(protocol.REDUCE_OPS["avg"])
 _TILE = tl.constexpr(EVENTS["tile"])
 _REMOTE_LOAD = tl.constexpr(EVENTS["remote load"])
 _REMOTE_STORE = tl.constexpr(EVENTS["remote store"])
+# push_kernel's MODEs (iris.ccl.call.Push).
+_SAME = tl.constexpr(Push.SAME)
+_CHUNKS = tl.constexpr(Push.CHUNKS)
+_RELAY = tl.constexpr(Push.RELAY)
 
 
 @triton.jit
@@ -190,27 +195,55 @@ def gather_kernel(
     proto.finish(ctx, tr, sync, epoch, go, FLAGS, SCOPE)
 
 
+@triton.jit
+def _store(ctx, tr, where, v, to, mask, nbytes):
+    """``v`` into rank ``to``'s copy at ``where``, recorded as a "remote store" (``Config(trace=True)``)."""
+    h = tr.record_start(_REMOTE_STORE, to, nbytes)
+    ctx.store(where, v, to, mask=mask)
+    tr.record_end(h)
+
+
 @proto.kernel
 def push_kernel(
-    context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, src, dst, n, chunk_index,
-    W: tl.constexpr, FLAGS: tl.constexpr, BLOCK: tl.constexpr, SCOPE: tl.constexpr, TRACE: tl.constexpr,
+    context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, src, dst, n, chunk_index, dst_numel, src_rank,
+    W: tl.constexpr, MODE: tl.constexpr, FLAGS: tl.constexpr, BLOCK: tl.constexpr, SCOPE: tl.constexpr,
+    TRACE: tl.constexpr,
 ):  # fmt: skip
-    """Every rank's dst[chunk_index * n + i] = this rank's src[i], for i < n (all_gather into heap
-    outputs: each input read once, from local memory, and stored into all W ranks)."""
+    """This rank's piece, read once, stored into every rank's dst at [chunk_index * n, + n), by
+    ``MODE`` (``call.Push``):
+
+    - ``SAME`` (all_gather into heap outputs): every rank's piece is this rank's src[i], i < n;
+    - ``CHUNKS`` (all_to_all into heap outputs): rank ``to``'s piece is this rank's
+      src[to * n + i] (chunk ``to`` of the input, read locally once);
+    - ``RELAY`` (broadcast of heap tensors): piece ``chunk_index`` of rank ``src_rank``'s src,
+      read from it once, stored into every rank but ``src_rank`` (whose copy it is), for
+      chunk_index * n + i < dst_numel. Every rank relays its own piece, so the root's tensor is
+      read once in all and each other copy written once.
+    """
     ctx, tr, epoch, go = proto.begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, FLAGS, SCOPE, TRACE)
     offset = chunk_index.to(tl.int64) * n  # as reduce_kernel's start: the same specialization on every rank
     t = tl.program_id(0)
     while go & (t < tl.cdiv(n, BLOCK)):
         offs = t * BLOCK + tl.arange(0, BLOCK)
         mask = offs < n
+        if MODE == _RELAY:
+            mask = mask & (offset + offs < dst_numel)
         nbytes = _bytes(mask, dst) if TRACE else 0
         tile = tr.record_start(_TILE, ctx.rank, nbytes)
-        v = tl.load(src + offs, mask=mask)
+        if MODE == _RELAY:
+            h = tr.record_start(_REMOTE_LOAD, src_rank, nbytes)
+            v = ctx.load(src + offset + offs, src_rank, mask=mask)
+            tr.record_end(h)
+        elif MODE == _SAME:
+            v = tl.load(src + offs, mask=mask)
         for j in tl.static_range(W):
             to = (ctx.rank + j) % W
-            h = tr.record_start(_REMOTE_STORE, to, nbytes)
-            ctx.store(dst + offset + offs, v, to, mask=mask)
-            tr.record_end(h)
+            if MODE == _CHUNKS:  # chunk `to` of the input, for rank `to` alone
+                v = tl.load(src + to.to(tl.int64) * n + offs, mask=mask)
+            if MODE != _RELAY:
+                _store(ctx, tr, dst + offset + offs, v, to, mask, nbytes)
+            elif to != src_rank:  # the root's copy is the source
+                _store(ctx, tr, dst + offset + offs, v, to, mask, nbytes)
         tr.record_end(tile)
         t += tl.num_programs(0)
     proto.finish(ctx, tr, sync, epoch, go, FLAGS, SCOPE)

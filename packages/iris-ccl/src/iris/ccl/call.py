@@ -19,7 +19,7 @@ from .launch_shape import LaunchShape
 from .plans import MAX_PLANS, Plan
 from .workspace import Workspace, workspace_of
 
-__all__ = ["FOLD_BYTES", "Call", "Staging", "kernels_of"]
+__all__ = ["FOLD_BYTES", "Call", "Push", "Staging", "kernels_of"]
 
 _KERNELS: dict = {}  # (package, backend) -> its kernel module, once imported
 
@@ -60,6 +60,16 @@ class Staging:
 
     NONE = 0
     IN = 1
+
+
+class Push:
+    """What ``push_kernel`` stores into every rank's output (its ``MODE``): this rank's input
+    (``SAME``: all_gather), chunk r of it into rank r (``CHUNKS``: all_to_all), or piece
+    ``rank`` of the root's tensor into every rank but the root (``RELAY``: broadcast)."""
+
+    SAME = 0
+    CHUNKS = 1
+    RELAY = 2
 
 
 class Call:

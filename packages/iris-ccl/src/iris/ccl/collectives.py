@@ -27,7 +27,7 @@ from .arguments import (
     flat,
     words,
 )
-from .call import Call, Staging
+from .call import Call, Push, Staging
 from .config import Config
 from .protocol import REDUCE_OPS
 from .workspace import workspace_of
@@ -161,7 +161,8 @@ def all_gather(out: torch.Tensor, inp: torch.Tensor, *, heap=None, config: Confi
             call.describe(n, out, variant="push", on_heap=(True, heap.is_symmetric(inp)), dtype=inp.dtype, layout=layout)
             src = words(inp)
             m = src.numel()
-            call.launch(call.kernels.push_kernel, src=src, dst=words(out), n=m, chunk_index=heap.rank, W=w)
+            call.launch(call.kernels.push_kernel, src=src, dst=words(out), n=m, chunk_index=heap.rank, dst_numel=0,
+                        src_rank=0, W=w, MODE=Push.SAME)  # fmt: skip
             return out
         src, data, staged = _source(call, inp, layout, (False,), variant="pull")  # every rank reads every input
         src = words(src)
@@ -194,7 +195,14 @@ def all_to_all(out: torch.Tensor, inp: torch.Tensor, *, heap=None, config: Confi
     heap, call, layout = started
     with call:  # keeps the call's plan if it completes
         w = heap.world_size
-        src, data, staged = _source(call, inp, layout)
+        if heap.is_symmetric(out):  # push: chunk j of the input, read once where it is, into rank j's out
+            call.describe(inp.numel(), out, variant="push", on_heap=(True, heap.is_symmetric(inp)), dtype=inp.dtype,
+                          layout=layout)  # fmt: skip
+            src = words(inp)
+            call.launch(call.kernels.push_kernel, src=src, dst=words(out), n=src.numel() // w, chunk_index=heap.rank,
+                        dst_numel=0, src_rank=0, W=w, MODE=Push.CHUNKS)  # fmt: skip
+            return out
+        src, data, staged = _source(call, inp, layout, (False,), variant="pull")  # every rank reads its chunks
         src = words(src)
         c = src.numel() // w
         call.launch(call.kernels.gather_kernel, src=src, dst=words(out), piece=c, dst_numel=w * c, src_stride=0,
@@ -213,9 +221,19 @@ def broadcast(tensor: torch.Tensor, src: int, *, heap=None, config: Config | Non
     heap, call, layout = started
     with call:  # keeps the call's plan if it completes
         data = flat(tensor)
-        buf = data if heap.is_symmetric(tensor) else call.staging("in", data)
-        call.describe(tensor.numel(), buf, dtype=tensor.dtype, on_heap=(buf is data,), src=src, layout=layout)
-        staged = Staging.IN if buf is not data and heap.rank == src else Staging.NONE  # only the source's is read
+        if heap.is_symmetric(tensor):  # relay: rank r reads piece r of the root's tensor once, stores it into the rest
+            call.describe(tensor.numel(), data, variant="push", dtype=tensor.dtype, on_heap=(True,), src=src,
+                          layout=layout)  # fmt: skip
+            buf = words(data)
+            n, w = buf.numel(), heap.world_size
+            piece = (n + w - 1) // w
+            piece = (piece + 15) // 16 * 16  # whole 16 words: every rank's piece starts aligned
+            call.launch(call.kernels.push_kernel, src=buf, dst=buf, n=piece, chunk_index=heap.rank, dst_numel=n,
+                        src_rank=src, W=w, MODE=Push.RELAY)  # fmt: skip
+            return tensor
+        buf = call.staging("in", data)  # pull: every other rank reads the root's staging
+        call.describe(tensor.numel(), buf, variant="pull", dtype=tensor.dtype, on_heap=(False,), src=src, layout=layout)
+        staged = Staging.IN if heap.rank == src else Staging.NONE  # only the source's is read
         if staged and not call.folds(data):
             call.copy(buf, data)
             staged = Staging.NONE

@@ -95,13 +95,13 @@ DESC_WORDS = 5
 DESC_ARGS = ("CODE", "NUMEL", "OFF_A", "OFF_B", "SHAPE")
 #: The arguments no launched kernel is specialized on, where it has them (``unspecialized``): the
 #: description's, and the rank indices: ``first_rank``, which only feeds a modulo over the world
-#: size, and ``chunk_index`` / ``piece_index``, the rank's chunk that a kernel multiplies by the
+#: size, ``src_rank`` (a broadcast's root), and ``chunk_index`` / ``piece_index``, the rank's chunk that a kernel multiplies by the
 #: chunk's length itself (an offset passed as ``rank * chunk`` is a multiple of 16 on some ranks
 #: and not on others). Specialized (Triton does on 1 and on multiples of 16), they made the ranks
 #: of one world compile up to three variants of the same launch (rank 0, rank 1, the others).
 #: And ``staged`` (``call.Staging``): whether a small call copies a tensor off the heap in inside
 #: the kernel is a branch at the kernel's start, not a variant of its own.
-UNSPECIALIZED = DESC_ARGS + ("first_rank", "chunk_index", "piece_index", "staged")
+UNSPECIALIZED = DESC_ARGS + ("first_rank", "chunk_index", "piece_index", "src_rank", "staged")
 #: The words a description is published as: CODE's low 30 bits and its high bits, NUMEL, OFF_A,
 #: OFF_B, SHAPE, each shifted up by TAG_BITS to carry the epoch's low bits (every payload fits in 55 bits).
 DESC_SLOTS = 6

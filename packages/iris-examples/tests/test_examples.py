@@ -100,7 +100,8 @@ def test_heap_bench_sweeps_world_sizes(tmp_path):
     assert "heap.empty+free us/pair" in out and "init ms" in out
     columns, rows = _csv(table)
     assert columns == ["allocator_us", "bench", "close_ms", "collective_calls", "device", "full_us", "heap_bytes",
-                       "init_ms", "ranks", "torch_empty_us"]  # fmt: skip
+                       "init_ms", "ranks", "torch_empty_us", "transport"]  # fmt: skip
+    assert {r["transport"] for r in rows if r["bench"] == "init"} == {"shm"}  # auto, on CPU ranks
     assert [(r["bench"], r["ranks"]) for r in rows] == [("alloc_free", "1"), ("alloc_free", "2"), ("init", "1"),
                                                         ("init", "2")]  # fmt: skip
     assert {r["collective_calls"] for r in rows if r["bench"] == "alloc_free"} == {"0"}
@@ -112,7 +113,8 @@ def test_rma_bench(tmp_path):
     assert "remote atomic latency" in out and "remote atomic throughput" in out
     columns, rows = _csv(table)
     assert columns == ["rank", "section", "op", "bytes", "ranks", "ms", "GBps", "ratio_vs_local", "latency_us",
-                       "ops_per_s"]  # fmt: skip
+                       "ops_per_s", "transport"]  # fmt: skip
+    assert {r["transport"] for r in rows} == {"shm"}
     assert [r["op"] for r in rows if r["section"] == "bandwidth"] == [
         "torch copy_", "triton local copy", "remote load", "remote store", "remote get", "remote put", "remote copy"
     ]  # fmt: skip
@@ -127,7 +129,8 @@ def test_rma_bench_gluon(tmp_path):
     assert "iris.mem.gluon" in out and "remote atomic" not in out
     columns, rows = _csv(table)
     assert columns == ["size_bytes", "op", "impl", "ranks", "seconds", "rank_gbps", "total_gbps", "vs_local",
-                       "vs_triton", "launches", "dtype", "block", "warps", "device", "mps", "triton"]  # fmt: skip
+                       "vs_triton", "launches", "dtype", "block", "warps", "device", "mps", "triton",
+                       "transport"]  # fmt: skip
     assert [(r["impl"], r["op"]) for r in rows] == [(impl, op) for impl in ("gluon", "triton")
                                                     for op in ("local", "put", "copy")]  # fmt: skip
     assert all(float(r["vs_local"]) > 0 for r in rows)

@@ -8,8 +8,9 @@ made and dropped each time), next to torch's own ``torch.empty`` + drop of the s
 same device (the cost of making a tensor at all), with the number of torch.distributed calls made
 during the timed loop (the design target: zero). Init: wall time of ``iris.heap.init`` + ``close``,
 measured in the same rank processes after the allocation run (so not the CUDA context's
-start-up). Every world size of ``--ranks`` is a launch of its own; the tables show the slowest
-rank of each. Runs no kernels.
+start-up), once per transport of ``--transports`` (default ``auto``: ``cuda-ipc`` on a GPU,
+``shm`` on CPU ranks; name ``cuda-ipc cuda-vmm`` to compare the GPU's two). Every world size of
+``--ranks`` is a launch of its own; the tables show the slowest rank of each. Runs no kernels.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ SWEEPS_RANKS = True  # --ranks 1 2 4: one launch per world size
 
 SIZES = [64, 256, 1000, 4096, 50_000, 1 << 20]  # bytes: a mix of small and large requests
 PAIRS = 20_000
+TRANSPORTS = ("auto", "cuda-ipc", "cuda-vmm", "shm")
 COLLECTIVES = ["all_gather_object", "all_gather", "all_reduce", "broadcast", "broadcast_object_list", "barrier",
                "gather", "scatter", "send", "recv", "isend", "irecv", "all_to_all", "reduce", "monitored_barrier"]  # fmt: skip
 
@@ -106,17 +108,19 @@ def _alloc_rank(pairs):
     }, device
 
 
-def _init_times(size, repeats):
+def _init_times(size, repeats, transport="auto"):
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        heap = iris.heap.init(size)
+        heap = iris.heap.init(size, transport=transport)
         t1 = time.perf_counter()
+        name = heap.transport_name
         heap.close()
         times.append((t1 - t0, time.perf_counter() - t1))
     return {
         "init_ms": statistics.median(t for t, _ in times) * 1e3,
         "close_ms": statistics.median(c for _, c in times) * 1e3,
+        "transport": name,
     }
 
 
@@ -127,13 +131,17 @@ def add_arguments(parser: argparse.ArgumentParser, *, gpu: bool) -> None:
     parser.add_argument("--init-sizes", nargs="+", type=size_type, default=[size_type(s) for s in ("16M", "256M")],
                         help="heap sizes whose init + close is timed (default 16M 256M)")  # fmt: skip
     parser.add_argument("--repeats", type=positive_int, default=3, help="init + close per size; the median is shown")
+    parser.add_argument("--transports", nargs="+", choices=TRANSPORTS, default=["auto"],
+                        help="the transports whose init is timed (default auto)")  # fmt: skip
 
 
 def rank_main(args: argparse.Namespace) -> dict:
     """Both measurements in one process per rank: spawning ranks (torch import, CUDA context) costs
     seconds, and the init times are then the heap's own, not the process's start-up."""
     alloc, device = _alloc_rank(args.pairs)
-    return {**alloc, "device": device, "init": {size: _init_times(size, args.repeats) for size in args.init_sizes}}
+    init = {(t, size): _init_times(size, args.repeats, t) for t in dict.fromkeys(args.transports)
+            for size in args.init_sizes}  # fmt: skip
+    return {**alloc, "device": device, "init": init}
 
 
 def report(results: dict[int, list], args: argparse.Namespace) -> int:
@@ -151,14 +159,16 @@ def report(results: dict[int, list], args: argparse.Namespace) -> int:
         rows.append({"bench": "alloc_free", "ranks": w, "device": dev, "full_us": f"{full:.3f}",
                      "allocator_us": f"{alone:.3f}", "torch_empty_us": f"{torch_us:.3f}",
                      "collective_calls": calls})  # fmt: skip
-    for size in dict.fromkeys(args.init_sizes):
+    for key in results[next(iter(results))][0]["init"]:
+        size = key[1]
         for w, res in results.items():
-            init_ms = max(r["init"][size]["init_ms"] for r in res)
-            close_ms = max(r["init"][size]["close_ms"] for r in res)
-            init.append({"ranks": w, "heap_bytes": size, "device": res[0]["device"], "init_ms": init_ms,
-                         "close_ms": close_ms})  # fmt: skip
+            init_ms = max(r["init"][key]["init_ms"] for r in res)
+            close_ms = max(r["init"][key]["close_ms"] for r in res)
+            transport = res[0]["init"][key]["transport"]
+            init.append({"ranks": w, "heap_bytes": size, "device": res[0]["device"], "transport": transport,
+                         "init_ms": init_ms, "close_ms": close_ms, "series": f"{transport}, {w} ranks"})  # fmt: skip
             rows.append({"bench": "init", "ranks": w, "device": res[0]["device"], "heap_bytes": size,
-                         "init_ms": f"{init_ms:.2f}", "close_ms": f"{close_ms:.2f}"})  # fmt: skip
+                         "transport": transport, "init_ms": f"{init_ms:.2f}", "close_ms": f"{close_ms:.2f}"})  # fmt: skip
     tables.print_table(
         f"alloc+free pairs, mixed sizes {SIZES} bytes, {args.pairs} pairs per rank (slowest rank)",
         alloc,
@@ -171,12 +181,12 @@ def report(results: dict[int, list], args: argparse.Namespace) -> int:
         f"heap init (+ close) time, median of {args.repeats}, in processes whose device is already started",
         init,
         [("ranks", "ranks", "d"), ("heap_bytes", "heap size", format_bytes), ("device", "device", ""),
-         ("init_ms", "init ms", ".1f"), ("close_ms", "close ms", ".1f")],
+         ("transport", "transport", ""), ("init_ms", "init ms", ".1f"), ("close_ms", "close ms", ".1f")],
     )  # fmt: skip
     if args.csv:  # one column per key in sorted order, as tools/benchmarks.py's tables have it
         tables.write_csv(args.csv, rows, columns=sorted({k for r in rows for k in r}))
         print(f"wrote {args.csv}")
     if args.plot:
-        tables.plot(args.plot, init, x="heap_bytes", y="init_ms", series="ranks", title="iris.heap init time",
+        tables.plot(args.plot, init, x="heap_bytes", y="init_ms", series="series", title="iris.heap init time",
                     xlabel="heap bytes", ylabel="ms (slowest rank)")  # fmt: skip
     return 0

@@ -75,9 +75,10 @@ DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # gl
 # The CSV keeps each backend's columns as rma-bench and gluon-rma-bench wrote them: tools/benchmarks.py
 # and earlier results read them.
 TRITON_CSV_COLUMNS = ["rank", "section", "op", "bytes", "ranks", "ms", "GBps", "ratio_vs_local", "latency_us",
-                      "ops_per_s"]  # fmt: skip
+                      "ops_per_s", "transport"]  # fmt: skip
 GLUON_CSV_COLUMNS = ["size_bytes", "op", "impl", "ranks", "seconds", "rank_gbps", "total_gbps", "vs_local", "vs_triton",
-                     "launches", "dtype", "block", "warps", "device", "mps", "triton"]  # fmt: skip
+                     "launches", "dtype", "block", "warps", "device", "mps", "triton", "transport"]  # fmt: skip
+TRANSPORTS = ("auto", "cuda-ipc", "cuda-vmm", "shm")
 
 
 # -- Triton kernels --------------------------------------------------------------------------------
@@ -250,6 +251,8 @@ def add_arguments(parser: argparse.ArgumentParser, *, gpu: bool) -> None:
                         help="untimed launches per case, after which the case is checked")  # fmt: skip
     parser.add_argument("--reps", type=positive_int, default=5, help="back-to-back launches per timed sample (GPU)")
     parser.add_argument("--no-triton", action="store_true", help="--backend gluon: leave out the Triton comparison")
+    parser.add_argument("--transport", choices=TRANSPORTS, default="auto",
+                        help="the heap's transport (iris.heap.init(transport=...); default auto)")  # fmt: skip
     parser.add_argument("--concurrent", action="store_true", help="every rank measures at once")
     parser.add_argument("--all-turns", action="store_true", help="every rank takes a turn (default: rank 0 only)")
     atomics = parser.add_argument_group("remote atomics (--backend triton)")
@@ -446,11 +449,11 @@ def _measure(heap, args, tracing) -> dict:
 
 
 def rank_main(args: argparse.Namespace) -> dict:
-    heap = iris.heap.init(args.heap_size + trace.heap_bytes(args))
+    heap = iris.heap.init(args.heap_size + trace.heap_bytes(args), transport=args.transport)
     try:
         with trace.session(heap, args) as tracing:  # --trace: recorded, exported on success
             measured = _measure(heap, args, tracing)
-        return dict(measured, rank=heap.rank, device=str(heap.device))
+        return dict(measured, rank=heap.rank, device=str(heap.device), transport=heap.transport_name)
     finally:
         heap.close()
 
@@ -491,7 +494,8 @@ def _print_bandwidth(rows: list, results: list, args: argparse.Namespace, env: d
     if args.backend == "gluon" and not args.no_triton:
         columns.append(("vs_triton", "vs triton", ".3f"))
     tables.print_table(
-        f"rma-bench: iris.mem.{args.backend} {mem.__version__}, {args.ranks} ranks on {results[0]['device']}, "
+        f"rma-bench: iris.mem.{args.backend} {mem.__version__}, {args.ranks} ranks on {results[0]['device']} "
+        f"({results[0]['transport']} heap), "
         f"{args.dtype}, BLOCK {args.block}, {args.num_warps} warps, {args.index} offsets (Triton); {mode}",
         [dict(r, us=r["seconds"] * 1e6) for r in rows],
         columns,
@@ -519,16 +523,18 @@ def _print_atomics(atomics: list) -> None:
     )
 
 
-def _csv_rows(rows: list, atomics: list, args: argparse.Namespace, env: dict) -> tuple[list, list]:
-    """The rows and columns of the CSV, in the backend's columns (see ``TRITON_CSV_COLUMNS``)."""
+def _csv_rows(rows: list, atomics: list, args: argparse.Namespace, env: dict, transport: str) -> tuple[list, list]:
+    """The rows and columns of the CSV, in the backend's columns (see ``TRITON_CSV_COLUMNS``), each
+    with the heap's ``transport``."""
     if args.backend == "triton":
         bandwidth = [{"rank": r["rank"], "section": "bandwidth", "op": r["case"], "bytes": r["bytes"],
                       "ranks": args.ranks, "ms": r["seconds"] * 1e3, "GBps": r["GBps"],
-                      "ratio_vs_local": r["vs_local"]} for r in rows]  # fmt: skip
-        return bandwidth + atomics, TRITON_CSV_COLUMNS
+                      "ratio_vs_local": r["vs_local"], "transport": transport} for r in rows]  # fmt: skip
+        return bandwidth + [dict(a, transport=transport) for a in atomics], TRITON_CSV_COLUMNS
     launches = "concurrent" if args.concurrent else "in turn" if args.all_turns else "rank 0"
     extra = {"ranks": args.ranks, "launches": launches, "dtype": args.dtype, "block": args.block,
-             "warps": args.num_warps, "device": env["device"], "mps": env["mps"], "triton": env["triton"]}  # fmt: skip
+             "warps": args.num_warps, "device": env["device"], "mps": env["mps"], "triton": env["triton"],
+             "transport": transport}  # fmt: skip
     gluon = [{"size_bytes": r["bytes"], "op": r["op"], "impl": r["impl"], "seconds": r["seconds"],
               "rank_gbps": r["GBps"], "total_gbps": r["total_GBps"], "vs_local": r["vs_local"],
               "vs_triton": r["vs_triton"], **extra} for r in rows]  # fmt: skip
@@ -544,7 +550,7 @@ def report(results: list, args: argparse.Namespace) -> int:
         _print_atomics(atomics)
     bad = validation.print_mismatches(m for r in results for m in r["mismatches"])
     if args.csv:
-        csv_rows, columns = _csv_rows(rows, atomics, args, env)
+        csv_rows, columns = _csv_rows(rows, atomics, args, env, results[0]["transport"])
         tables.write_csv(args.csv, csv_rows, columns=columns)
         print(f"wrote {args.csv}")
     if args.plot:

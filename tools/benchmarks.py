@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime
+import json
 import os
 import platform
 import shutil
@@ -150,6 +151,7 @@ def run_steps(
     """Run the steps in order; with a budget (seconds), each gets at most what is left of it."""
     results.mkdir(parents=True, exist_ok=True)
     env = _env()
+    commit = _commit()
     status = {}
     deadline = time.time() + budget if budget else None
     for step in steps:
@@ -178,9 +180,19 @@ def run_steps(
                 rc = proc.wait()
             except OSError as e:
                 rc = f"could not start: {e}"
-        status[step.name] = {"rc": rc, "seconds": round(time.time() - t0, 1)}
+        status[step.name] = {"rc": rc, "seconds": round(time.time() - t0, 1), "commit": commit}
         print(f"=== {step.name}: rc {rc} in {status[step.name]['seconds']} s", flush=True)
+        _record(results, step.name, status[step.name])
     return status
+
+
+def _record(results: Path, name: str, entry: dict) -> None:
+    """Step ``name``'s outcome into ``steps.json`` of the results, beside earlier calls' steps (a run
+    split over several calls of this script keeps every step's commit and time)."""
+    path = results / "steps.json"
+    steps = json.loads(path.read_text()) if path.exists() else {}
+    steps[name] = entry
+    path.write_text(json.dumps(steps, indent=1) + "\n")
 
 
 # -- the report -----------------------------------------------------------------------------------
@@ -225,6 +237,12 @@ def _machine() -> list[str]:
         pass
     versions = [f"{p.name} {p.version}" for p in sorted(pyprojects.read(ROOT).values(), key=lambda p: p.name)]
     lines.append("iris: " + ", ".join(versions))
+    lines.append(f"commit: {_commit()} | python {platform.python_version()} | host CPUs {os.cpu_count()}")
+    return lines
+
+
+def _commit() -> str:
+    """The commit measured: ``IRIS_COMMIT``, else git's HEAD (marked when the tree has changes)."""
     commit = (
         os.environ.get("IRIS_COMMIT")
         or subprocess.run(
@@ -236,8 +254,7 @@ def _machine() -> list[str]:
     ).stdout.strip()
     if commit and dirty and not os.environ.get("IRIS_COMMIT"):
         commit += " with uncommitted changes"  # what ran is not exactly that commit
-    lines.append(f"commit: {commit or 'unknown'} | python {platform.python_version()} | host CPUs {os.cpu_count()}")
-    return lines
+    return commit or "unknown"
 
 
 def _rows(results: Path, name: str) -> list[dict]:
@@ -436,6 +453,7 @@ def render(results: Path, out: Path, status: dict, mps: bool) -> None:
     notes = results / "notes.md"  # what the runs' own output cannot say (how they were split, corrections)
     if notes.exists():
         parts += ["## About this report", "", notes.read_text().strip(), ""]
+    parts += _steps_section(results)
     found = targets(results)
     if found:
         parts += ["## Targets", "", "Each target the issues name, against its figure in the tables below.", ""]
@@ -458,6 +476,28 @@ def render(results: Path, out: Path, status: dict, mps: bool) -> None:
             parts += [f"![{step.title}](docs/benchmarks/{png.name})", ""]
     out.write_text("\n".join(parts))
     print(f"wrote {out}")
+
+
+def _steps_section(results: Path) -> list[str]:
+    """The steps behind the report: each one's exit status, seconds and commit (``steps.json``), and
+    whether they all ran at one commit (a report whose tables come from several is said to be)."""
+    path = results / "steps.json"
+    if not path.exists():
+        return []
+    steps = json.loads(path.read_text())
+    ran = [n for n in BY_NAME if n in steps]
+    commits = sorted({steps[n].get("commit", "unknown") for n in ran})
+    if len(commits) == 1:
+        head = f"Every step below ran at commit {commits[0]}."
+    else:
+        head = (
+            "**The steps ran at different commits** ("
+            + "; ".join(f"{c}: {', '.join(n for n in ran if steps[n].get('commit', 'unknown') == c)}" for c in commits)
+            + "): the tables do not describe one program."
+        )
+    lines = ["## Steps", "", head, "", "| step | exit | seconds | commit |", "|---|---|---|---|"]
+    lines += [f"| {n} | {steps[n]['rc']} | {steps[n]['seconds']} | {steps[n].get('commit', '')} |" for n in ran]
+    return lines + [""]
 
 
 def main(argv=None) -> int:

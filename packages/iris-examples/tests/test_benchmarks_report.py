@@ -94,3 +94,23 @@ def test_every_target_is_computed_from_its_step_and_names_its_worst_case(benchma
     text = out.read_text()
     assert "## Targets" in text and "| ccl triton: collective / copy_ roofline at >= 64 MiB" in text
     assert "_Not measured in this report (step `rma`: 124)._" in text
+
+
+def test_a_run_split_over_calls_says_whether_its_steps_ran_at_one_commit(benchmarks, tmp_path, monkeypatch):
+    """Each call of the script records its steps' exit, seconds and commit in ``steps.json``
+    beside the earlier calls'; the report lists them and says when the commits differ."""
+    write = (sys.executable, "-c", "import sys; open(sys.argv[1], 'w').write('a\\n1\\n')", "{csv}")
+    fake = benchmarks.Step("heap", "heap", write, "about")
+    monkeypatch.setenv("IRIS_COMMIT", "aaaa")
+    benchmarks.run_steps([fake], tmp_path)
+    monkeypatch.setenv("IRIS_COMMIT", "bbbb")
+    benchmarks.run_steps([benchmarks.Step("rma", "rma", write, "about")], tmp_path)
+    (tmp_path / "machine.txt").write_text("device: test\n")
+    out = tmp_path / "BENCHMARKS.md"
+    benchmarks.render(tmp_path, out, {}, mps=True)
+    text = out.read_text()
+    assert "**The steps ran at different commits** (aaaa: heap; bbbb: rma)" in text, text
+    assert "| heap | 0 |" in text and "| aaaa |" in text
+    benchmarks.run_steps([fake], tmp_path)  # heap again, at bbbb: one commit now
+    benchmarks.render(tmp_path, out, {}, mps=True)
+    assert "Every step below ran at commit bbbb." in out.read_text()

@@ -33,9 +33,10 @@ Triton shares among a program's threads (Triton 3.6's PTX for a lane held by sev
 one thread that runs the ``atom`` stores its result to shared memory, and after a barrier every
 thread holding that lane reads it there): a per-thread load of a word that a peer may be writing
 can give the warps of one program different values, and so different branches around a barrier
-(a variant that did so hung multi-program launches: BENCHMARKS.md, "About this report"). Publishing the
+(a variant that did so hung multi-program launches on an H200). Publishing the
 description in the flag's own exchange and reading it in the flag's own poll saves the separate
-stores, the fence before the flag and the loads after it (BENCHMARKS.md, "About this report"). What
+stores, the fence before the flag and the loads after it (the iris-ccl CHANGELOG, "The description
+travels with the entry flag", has what that saved). What
 no atomic can read, the device clock and this rank's health word, comes through the mem layer's
 ``elapsed_ns`` and ``healthy``: every thread reads its own and one reduction over a tensor with
 at least one element per thread gives every thread the same answer from shared memory, so at the

@@ -74,7 +74,8 @@ _MISSING = object()
 #: Polls of a compiled bounded wait between two readings of the device clock and the error word
 #: (``polls_per_clock()`` of both mem layers; CPU ranks read them every poll). Reading them is a
 #: reduction across the program's warps (two barriers, a volatile load), which cost a 1 KiB
-#: all_reduce's graph replay about 1 us when done every poll (BENCHMARKS.md, "About this report"); a
+#: all_reduce's graph replay about 1 us when done every poll (the iris-ccl CHANGELOG, "A compiled
+#: entry or exit wait reads the clock every 8th poll"); a
 #: bound in seconds is then met a few microseconds late at most.
 POLLS_PER_CLOCK = 8
 

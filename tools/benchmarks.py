@@ -43,7 +43,7 @@ CORE_SIZES = ("8192x8192x8192", "4096x4096x4096", "8192x8192x1024")
 class Step:
     name: str
     title: str
-    argv: tuple[str, ...]  # {csv} and {plot} are replaced by paths in the results folder
+    argv: tuple[str, ...]  # {csv}, {plot} and {trace} are replaced by paths in the results folder
     about: str  # what is measured and against which baseline
     plot: bool = False
     timeout: int = 900
@@ -87,6 +87,13 @@ STEPS = [
          (*EXAMPLES, "ccl-bench", "--ranks", "2", "--collectives", "all_reduce:two_shot", "--sizes", "1M",
           "--csv", "{csv}"),
          "The latency rows at 2 ranks (target: 1 KiB from CUDA-graph replay <= 4 us)."),
+    Step("trace", "iris.heap.tracing: a traced ccl-bench step, exported",
+         (*EXAMPLES, "ccl-bench", "--ranks", "4", "--collectives", "all_reduce:two_shot", "all_gather", "--sizes",
+          "64M", "--latency-sizes", "--iters", "2", "--trace", "{trace}", "--trace-events", str(1 << 20),
+          "--csv", "{csv}"),
+         "Two collectives at 64 MiB traced into buffers of 2^20 events a rank (4 M in all), then exported into "
+         "one Chrome trace (`trace_export_s`: gathering, formatting and writing every rank's events; target "
+         "< 10 s for 4 M events). The times are the traced calls'; the untraced ones are in the ccl step."),
     Step("ccl_gluon", "iris.ccl (Gluon backend)",
          (*EXAMPLES, "ccl-bench", "--ranks", "4", "--backend", "gluon", "--sizes", "1M", "16M", "64M", "256M",
           "--csv", "{csv}"),
@@ -155,7 +162,9 @@ def run_steps(
     status = {}
     deadline = time.time() + budget if budget else None
     for step in steps:
-        argv = [a.format(csv=results / f"{step.name}.csv", plot=results / f"{step.name}.png") for a in step.argv]
+        paths = {kind: results / f"{step.name}.{suffix}" for kind, suffix in (("csv", "csv"), ("plot", "png"),
+                                                                                ("trace", "json"))}  # fmt: skip
+        argv = [a.format(**paths) for a in step.argv]
         limit = step_timeout or step.timeout
         if deadline is not None:
             left = int(deadline - time.time())
@@ -424,6 +433,14 @@ def targets(results: Path) -> list[tuple[str, str, str, str]]:
         out.append(_worst("mem.gluon: Gluon put/get/copy / Triton backend at >= 64 MiB", ">= 0.97", values, ".3f"))
     out += _ccl_targets(_rows(results, "ccl"), "triton", 4)
     out += _latency_targets(_rows(results, "ccl_latency2"), "triton", 2)
+    traced = [r for r in _rows(results, "trace") if _num(r, "trace_export_s")]
+    if traced:
+        r = traced[0]
+        seconds, events = _num(r, "trace_export_s"), _int(r, "trace_events")
+        out.append(("trace: export of a traced ccl-bench step (4 ranks, buffers of 2^20 events)",
+                    "< 10 s for 4 M events", f"{seconds:.1f} s for {events} events",
+                    f"{seconds / max(events, 1) * 4e6:.1f} s per 4 M events; {r.get('trace_dropped')} events found "
+                    "the buffers full"))  # fmt: skip
     out += _ccl_targets(_rows(results, "ccl_gluon"), "gluon", 4)
     out += _core_targets(_rows(results, "core"), "triton", {"8192x8192x8192": 0.85})
     out += _core_targets(_rows(results, "core_gluon"), "gluon",

@@ -54,6 +54,8 @@ def test_every_target_is_computed_from_its_step_and_names_its_worst_case(benchma
         _latency("one_shot", 7.5, 1.2), _latency("two_shot", 6.6, 1.4),
     ])  # fmt: skip
     _write(tmp_path, "ccl_latency2", [_latency("two_shot", 4.9, 1.25)])
+    _write(tmp_path, "trace", [{"collective": "all_gather", "trace_export_s": 6.0, "trace_events": 4194304,
+                                "trace_dropped": 17}])  # fmt: skip
     _write(tmp_path, "core_gluon", [
         {"size": "8192x8192x8192", "local_gemm_ms": 1.0, "matmul_ms": 0.95},
         {"size": "4096x4096x4096", "local_gemm_ms": 1.0, "matmul_ms": 0.9},
@@ -86,6 +88,7 @@ def test_every_target_is_computed_from_its_step_and_names_its_worst_case(benchma
     assert got("ops triton: unfused / fused, every") == (">= 1.0x", "0.98 (all_gather_matmul 16384x8192x28672)")
     assert got("ops: Gluon fused time / Triton") == ("<= 1.0", "1.10 (matmul_reduce_scatter 1024x4096x16384)")
     assert got("tp-mlp") == ("> 1.0x", "0.90 (4096x8192x28672)")
+    assert got("trace: export") == ("< 10 s for 4 M events", "6.0 s for 4194304 events")
     assert not any(k.startswith("mem.") for k in found)  # steps not run: no row
 
     (tmp_path / "machine.txt").write_text("device: test\n")

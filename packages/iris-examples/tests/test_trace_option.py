@@ -252,8 +252,15 @@ def test_gemm_all_scatter_traces_the_operation_and_the_baseline_collective(tmp_p
 
 
 def test_ccl_bench_traces_every_collective(tmp_path):
+    table = tmp_path / "ccl.csv"
     per_rank = _traced(tmp_path, "ccl-bench", "--sizes", "1K", "--iters", "1", "--reps", "1",
-                       "--collectives", "all_gather", "--latency-sizes", ranks=2)  # fmt: skip
+                       "--collectives", "all_gather", "--latency-sizes", "--csv", str(table), ranks=2)  # fmt: skip
+    import csv
+
+    with open(table, newline="") as f:  # the export's time and size, for tools/benchmarks.py's target
+        (row,) = list(csv.DictReader(f))
+    assert float(row["trace_export_s"]) > 0 and int(row["trace_dropped"]) == 0
+    assert int(row["trace_events"]) == sum(sum(c.values()) for c in per_rank)
     for counts in per_rank:
         names = {name for name, *_ in counts}
         assert {"entry wait", "tile", "remote store", "exit wait"} <= names, names

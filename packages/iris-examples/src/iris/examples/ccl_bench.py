@@ -315,8 +315,10 @@ def rank_main(args: argparse.Namespace) -> dict:
             rows, mismatches = _bandwidth_rows(heap, args, tracing, timed, nccl)
             rows += _latency_rows(heap, args, tracing, timed, agree)
         heap.barrier()
+        exported = {"trace_export_s": tracing.export_seconds, "trace_events": tracing.events,
+                    "trace_dropped": tracing.dropped} if tracing.export_seconds is not None else {}  # fmt: skip
         return {"rank": heap.rank, "rows": rows, "mismatches": mismatches, "gpu": dev.type == "cuda",
-                "nccl": nccl is not None}  # fmt: skip
+                "nccl": nccl is not None, "exported": exported}  # fmt: skip
     finally:
         heap.close()
 
@@ -354,9 +356,13 @@ def report(results: list, args: argparse.Namespace) -> int:
             "process; graph us: device time per call replayed from a CUDA graph",
         )
     bad = validation.print_mismatches(m for r in results for m in r["mismatches"])
-    if args.csv:
-        tables.write_csv(args.csv, [dict(r, device=env["device"], mps=env["mps"], num_programs=args.num_programs or "")
-                                    for r in rows])  # fmt: skip
+    exported = results[0]["exported"]  # --trace: rank 0 wrote the file
+    if exported:
+        print(f"trace export: {exported['trace_events']} events gathered, formatted and written in "
+              f"{exported['trace_export_s']:.1f} s")  # fmt: skip
+    if args.csv:  # with --trace, every row also says how long the trace's export took
+        tables.write_csv(args.csv, [dict(r, device=env["device"], mps=env["mps"], num_programs=args.num_programs or "",
+                                         **exported) for r in rows])  # fmt: skip
         print(f"wrote {args.csv}")
     if args.plot:
         tables.plot(args.plot, main, x="bytes_per_rank", y="ratio_vs_copy", series="collective",

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -73,11 +74,17 @@ def _clock(backend: str | None):
 
 @dataclass
 class Session:
-    """What a traced body needs: ``on`` (the kernels' ``TRACE`` constexpr) and event ids."""
+    """What a traced body needs: ``on`` (the kernels' ``TRACE`` constexpr) and event ids; once the
+    ``with`` block is done, on the rank that wrote the trace (rank 0), how long the export took
+    (``export_seconds``: gathering, formatting and writing every rank's events) and how many events
+    the file holds (``events``) and found the buffers full (``dropped``); None elsewhere."""
 
     heap: object
     on: bool
     _ids: dict = field(default_factory=dict)
+    export_seconds: float | None = None
+    events: int | None = None
+    dropped: int | None = None
 
     def event(self, name: str) -> int:
         """The id of event ``name``: a built-in one (``iris.heap.tracing.EVENTS``) or one registered
@@ -99,8 +106,15 @@ def session(heap, args: argparse.Namespace):
         yield Session(heap, False)
         return
     heap.tracing.enable(args.trace_events, clock=_clock(getattr(args, "backend", None)))
-    yield Session(heap, True)
-    heap.tracing.export(path)  # synchronizes; rank 0 writes
+    traced = Session(heap, True)
+    yield traced
+    start = time.perf_counter()
+    written = heap.tracing.export(path)  # synchronizes; rank 0 writes
+    if written is not None:
+        traced.export_seconds = time.perf_counter() - start
+        meta = _other_data(written)
+        traced.events = sum(r.get("events", 0) for r in meta.get("ranks", []))
+        traced.dropped = meta.get("dropped_events", 0)
     heap.tracing.disable()
 
 

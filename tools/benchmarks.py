@@ -48,6 +48,7 @@ class Step:
     plot: bool = False
     timeout: int = 900
     env: dict = field(default_factory=dict)
+    then: tuple[str, ...] = ()  # a command run after argv succeeded (the same placeholders), within the same timeout
 
 
 STEPS = [
@@ -116,6 +117,14 @@ STEPS = [
          (*EXAMPLES, "ops-bench", "--ranks", "4", "--backend", "gluon", "--csv", "{csv}"),
          "As above with the Gluon backend (targets: the Triton backend's, and no slower than it at any size).",
          timeout=1200),
+    Step("tp_mlp_trace", "iris.ops: the merged trace of tp-mlp blocks (Triton)",
+         (*EXAMPLES, "tp-mlp", "--ranks", "4", "--shapes", "4096x8192x28672", "--iters", "1", "--reps", "1",
+          "--trace", "{trace}", "--trace-events", str(1 << 20)),
+         "One MLP shape traced (`Config(trace=True)` in every fused operation and collective), drawn by "
+         "`trace-view`: one lane per rank and multiprocessor, each kernel's tiles, remote stores and loads, and "
+         "waits; the table sums each phase per rank. Where computation and communication overlap, a tile's "
+         "product and its peers' stores share the same stretch of time.",
+         plot=True, then=(*EXAMPLES, "trace-view", "{trace}", "--png", "{plot}", "--csv", "{csv}")),
     Step("tp_mlp", "iris.ops: a tensor-parallel MLP block, fused against unfused (Triton)",
          (*EXAMPLES, "tp-mlp", "--ranks", "4", "--csv", "{csv}", "--plot", "{plot}"),
          "all_gather_matmul + GELU + matmul_reduce_scatter against all_gather + matmul + GELU + matmul + "
@@ -165,6 +174,7 @@ def run_steps(
         paths = {kind: results / f"{step.name}.{suffix}" for kind, suffix in (("csv", "csv"), ("plot", "png"),
                                                                                 ("trace", "json"))}  # fmt: skip
         argv = [a.format(**paths) for a in step.argv]
+        then = [a.format(**paths) for a in step.then]
         limit = step_timeout or step.timeout
         if deadline is not None:
             left = int(deadline - time.time())
@@ -173,26 +183,32 @@ def run_steps(
                 print(f"\n=== {step.name}: skipped, {left} s of the budget left", flush=True)
                 continue
             limit = min(limit, left)
-        if shutil.which("timeout"):  # a hung step must not eat the whole session
-            argv = ["timeout", str(limit), *argv]
-        print(f"\n=== {step.name}: {' '.join(argv)}", flush=True)
+        print(f"\n=== {step.name}: {' '.join(argv)}" + (f" && {' '.join(then)}" if then else ""), flush=True)
         (results / f"{step.name}.csv").unlink(missing_ok=True)
         t0 = time.time()
         with open(results / f"{step.name}.log", "w") as log:
-            try:
-                proc = subprocess.Popen(
-                    argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-                )
-                for line in proc.stdout:
-                    sys.stdout.write(line)
-                    log.write(line)
-                rc = proc.wait()
-            except OSError as e:
-                rc = f"could not start: {e}"
+            rc = _run(argv, env, log, limit)
+            if rc == 0 and then:
+                rc = _run(then, env, log, max(1, int(limit - (time.time() - t0))))
         status[step.name] = {"rc": rc, "seconds": round(time.time() - t0, 1), "commit": commit}
         print(f"=== {step.name}: rc {rc} in {status[step.name]['seconds']} s", flush=True)
         _record(results, step.name, status[step.name])
     return status
+
+
+def _run(argv: list[str], env: dict, log, limit: int):
+    """``argv`` under ``timeout limit`` (a hung step must not eat the whole session), its output
+    to stdout and ``log``; its exit status, or why it could not start."""
+    if shutil.which("timeout"):
+        argv = ["timeout", str(limit), *argv]
+    try:
+        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            log.write(line)
+        return proc.wait()
+    except OSError as e:
+        return f"could not start: {e}"
 
 
 def _record(results: Path, name: str, entry: dict) -> None:
@@ -484,7 +500,10 @@ def render(results: Path, out: Path, status: dict, mps: bool) -> None:
             parts += [f"_Not measured in this report (step `{step.name}`: {why})._", ""]
             continue
         rows = _rows(results, step.name)
-        parts += [f"Command: `{' '.join(a.replace(sys.executable, 'python3') for a in step.argv)}`", ""]
+        shown = " ".join(a.replace(sys.executable, "python3") for a in step.argv)
+        if step.then:
+            shown += " && " + " ".join(a.replace(sys.executable, "python3") for a in step.then)
+        parts += [f"Command: `{shown}`", ""]
         parts += [_table(rows) if rows else "_(no rows)_", ""]
         png = results / f"{step.name}.png"
         if step.plot and png.exists():

@@ -117,3 +117,16 @@ def test_a_run_split_over_calls_says_whether_its_steps_ran_at_one_commit(benchma
     benchmarks.run_steps([fake], tmp_path)  # heap again, at bbbb: one commit now
     benchmarks.render(tmp_path, out, {}, mps=True)
     assert "Every step below ran at commit bbbb." in out.read_text()
+
+
+def test_a_step_s_follow_up_command_runs_only_after_it_succeeded(benchmarks, tmp_path):
+    """``then`` (e.g. trace-view drawing the trace the step wrote) runs after ``argv`` exits 0, with
+    the same paths; after a failure it does not, and the step reports the failure."""
+    make = (sys.executable, "-c", "import sys; open(sys.argv[1], 'w').write('x')", "{trace}")
+    draw = (sys.executable, "-c", "import sys; open(sys.argv[2], 'w').write(open(sys.argv[1]).read())", "{trace}",
+            "{csv}")  # fmt: skip
+    ok = benchmarks.run_steps([benchmarks.Step("tp_mlp_trace", "t", make, "about", then=draw)], tmp_path)
+    assert ok["tp_mlp_trace"]["rc"] == 0 and (tmp_path / "tp_mlp_trace.csv").read_text() == "x"
+    fail = (sys.executable, "-c", "raise SystemExit(3)")
+    bad = benchmarks.run_steps([benchmarks.Step("tp_mlp_trace", "t", fail, "about", then=draw)], tmp_path)
+    assert bad["tp_mlp_trace"]["rc"] == 3 and not (tmp_path / "tp_mlp_trace.csv").exists()

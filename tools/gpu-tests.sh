@@ -32,7 +32,7 @@ while [ $# -gt 0 ] && [ "$1" != "--" ]; do folders+=("$1"); shift; done
 [ "${1:-}" = "--" ] && shift
 [ ${#folders[@]} -gt 0 ] || { echo "JOBS=N: name the test folders, e.g. packages/iris-ccl/tests" >&2; exit 2; }
 started_mps=0
-if [ "${MPS:-0}" = 1 ] && ! pgrep -x nvidia-cuda-mps-control > /dev/null; then
+if [ "${MPS:-0}" = 1 ] && ! pgrep -f nvidia-cuda-mps-control > /dev/null; then
   nvidia-cuda-mps-control -d && started_mps=1
 fi
 for tests in "${folders[@]}"; do

@@ -7,6 +7,11 @@
 
 A ``notes.md`` in the results folder is quoted at the top of the report.
 
+Where one command may run only so long (the GPU machines' calls last ten minutes), run the steps in
+several calls on one machine, each with ``--steps ... --budget SECONDS``, then ``--render-only``:
+every call adds its steps' CSVs to ``--results`` and their exit status, seconds and commit to
+``steps.json``, and the report says whether one commit ran them all.
+
 No installs: the packages are put on PYTHONPATH from ``packages/*/src``. Ranks sharing one GPU
 need MPS or every cross-rank wait costs a time slice; when run as root with
 ``nvidia-cuda-mps-control`` present and no daemon running, the script starts MPS for the runs

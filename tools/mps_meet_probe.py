@@ -117,7 +117,7 @@ def _body(rank, world_size, seconds, reps, nbytes, timeout, variant, stamps=Fals
             if gpu:
                 torch.cuda.synchronize()  # every stamp that will run has run (waits end within the bound)
             everyone = heap.all_gather_object(clocks[: calls + 1].tolist())
-            t0 = min(c for row in everyone for c in row if c > 0)
+            t0 = min((c for row in everyone for c in row if c > 0), default=0)  # none ran: all blank
             stamped += [(arm, stats[arm]["groups"], r, i, round((c - t0) / 1e6, 3) if c > 0 else "")
                         for r, row in enumerate(everyone) for i, c in enumerate(row)]  # fmt: skip
         if error is not None:

@@ -46,7 +46,8 @@ import subprocess
 import sys
 import time
 
-_REFUSED = "CUDA-capable device(s) is/are busy or unavailable"
+from parallel_tests_plugin import REFUSED as _REFUSED  # beside this file: one spelling of the message
+
 _COUNTS = re.compile(r"(\d+) (passed|failed|skipped|errors?|deselected|xfailed|xpassed)")
 
 

@@ -27,6 +27,33 @@ def test_every_op_matches_torch_and_all_reduce_agrees_bitwise(world, backend, wo
     assert world.run(_ops_cases.every_op, world_size, backend, dtype) == [True] * world_size
 
 
+@pytest.mark.parametrize("world_size,dtype", [(2, torch.bfloat16), (3, torch.float32)], ids=["2-bfloat16", "3-float32"])
+def test_the_unfused_variant_matches_torch(world, backend, world_size, dtype):
+    assert world.run(_ops_cases.every_op, world_size, backend, dtype, "unfused") == [True] * world_size
+
+
+def test_auto_runs_unfused_only_where_the_table_says(monkeypatch):
+    from iris.ops import config as ops_config
+
+    cuda = torch.device("cuda", 0)
+    monkeypatch.setitem(ops_config._CAPABILITIES, cuda, (9, 0))
+    for backend in ops_config.BACKENDS:
+        auto = ops_config.Config(backend=backend)
+        assert ops_config.variant_of(auto, "matmul_reduce_scatter", cuda) == "unfused"
+        assert ops_config.variant_of(auto, "matmul_all_reduce", cuda) == "unfused"
+        assert ops_config.variant_of(auto, "all_gather_matmul", cuda) == "fused"
+        assert ops_config.variant_of(auto, "matmul_all_gather", cuda) == "fused"
+        assert ops_config.variant_of(ops_config.Config(backend=backend, variant="fused"), "matmul_all_reduce", cuda) == "fused"
+        assert ops_config.variant_of(ops_config.Config(variant="unfused"), "all_gather_matmul", cuda) == "unfused"
+        assert ops_config.variant_of(auto, "matmul_all_reduce", torch.device("cpu")) == "fused"
+    monkeypatch.setitem(ops_config._CAPABILITIES, cuda, (8, 0))  # no measurement there: fused
+    assert ops_config.variant_of(None, "matmul_all_reduce", cuda) == "fused"
+    with pytest.raises(ValueError, match="unknown variant"):
+        ops_config.Config(variant="pipelined")
+    with pytest.raises(TypeError, match="iris.ops.Config"):
+        ops_config.variant_of(object(), "matmul_all_reduce", cuda)
+
+
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
 def test_a_pipeline_deeper_than_its_ring_and_persistent_over_tiles_matches_torch(world, backend, world_size):
     assert world.run(_ops_cases.pipelined, world_size, backend) == [True] * world_size
@@ -47,7 +74,7 @@ def test_back_to_back_operations_and_collectives_need_no_host_barrier(world, bac
     assert world.run(_ops_cases.back_to_back, world_size, backend, 6) == [True] * world_size
 
 
-@pytest.mark.parametrize("field", ["collective", "variant", "dtype", "inner dim and columns", "tiling"])
+@pytest.mark.parametrize("field", ["collective", "variant", "dtype", "inner dim and columns", "tiling", "fused and unfused"])
 def test_a_mismatched_call_raises_on_every_rank_and_touches_nothing(world, backend, field):
     assert world.run(_ops_cases.mismatch, 2, backend, field) == [True, True]
 

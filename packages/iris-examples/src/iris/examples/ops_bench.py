@@ -2,8 +2,11 @@
 
 For each operation and shape (per rank, tensor parallelism over the ranks of the run):
 
-- ``fused``: the fused operation (``iris.ops``), its output preallocated (on the heap where the
-  operation stores into peers, as a user after speed keeps it);
+- ``fused``: the fused operation's kernel (``iris.ops``, ``Config(variant="fused")``), its output
+  preallocated (on the heap where the operation stores into peers, as a user after speed keeps it);
+- ``auto``: the operation as a call without a variant runs it (``variant="auto"``: the fused kernel,
+  or ``torch.matmul`` + the collective where ``iris.ops.config.AUTO_UNFUSED`` says so for the
+  device; ``auto variant`` names which). Timed where it is not the fused kernel;
 - ``unfused``: ``torch.matmul`` into a heap tensor, then the ``iris.ccl`` collective on heap
   tensors (``iris.ops.reference``'s parts, without their allocations);
 - ``matmul`` and ``collective``: the two unfused parts alone, so the table shows whether unfused
@@ -101,9 +104,9 @@ def _tiles_type(text: str) -> tuple[int, int, int]:
         raise argparse.ArgumentTypeError(str(e).replace("TxHxI (tokens, hidden, intermediate)", "MxNxK")) from None
 
 
-def _config(args, trace_on: bool) -> ops.Config:
+def _config(args, trace_on: bool, variant: str = "fused") -> ops.Config:
     tiles = dict(zip(("block_m", "block_n", "block_k"), args.tiles)) if args.tiles else {}
-    return ops.Config(backend=args.backend, trace=trace_on, num_stages=args.num_stages, **tiles)
+    return ops.Config(backend=args.backend, trace=trace_on, num_stages=args.num_stages, variant=variant, **tiles)
 
 
 def add_arguments(parser: argparse.ArgumentParser, *, gpu: bool) -> None:
@@ -154,9 +157,10 @@ def _expected(op, a_all, b_all, rank, w, dtype):
     return total
 
 
-def _paths(op, heap, a, b, cfg, ccl_cfg):
-    """The fused call, the unfused call and its two parts, on preallocated buffers: ``(paths, result
-    of each checked path)`` (a tensor, or a callable that makes it)."""
+def _paths(op, heap, a, b, cfg, ccl_cfg, auto_cfg):
+    """The fused call, the call as ``auto_cfg`` runs it, the unfused call and its two parts, on
+    preallocated buffers: ``(paths, result of each checked path)`` (a tensor, or a callable that
+    makes it)."""
     w, dev, dtype = heap.world_size, heap.device, a.dtype
     (m, k), n = a.shape, b.shape[1]
     if op == "all_gather_matmul":
@@ -165,7 +169,7 @@ def _paths(op, heap, a, b, cfg, ccl_cfg):
         src.copy_(a)
         gathered = heap.empty(w * m, k, dtype=dtype)
         ref = torch.empty(w * m, n, dtype=dtype, device=dev)
-        fused = lambda: ops.all_gather_matmul(src, b, out=out, config=cfg)  # noqa: E731
+        fused = lambda c=cfg: ops.all_gather_matmul(src, b, out=out, config=c)  # noqa: E731
         matmul = lambda: torch.matmul(gathered, b, out=ref)  # noqa: E731
         coll = lambda: ccl.all_gather(gathered, src, config=ccl_cfg)  # noqa: E731
         results = {"fused": out, "unfused": ref}
@@ -173,7 +177,7 @@ def _paths(op, heap, a, b, cfg, ccl_cfg):
         out = heap.empty(m, w * n, dtype=dtype)
         part = heap.empty(m, n, dtype=dtype)
         blocks = heap.empty(w, m, n, dtype=dtype)
-        fused = lambda: ops.matmul_all_gather(a, b, out=out, config=cfg)  # noqa: E731
+        fused = lambda c=cfg: ops.matmul_all_gather(a, b, out=out, config=c)  # noqa: E731
         matmul = lambda: torch.matmul(a, b, out=part)  # noqa: E731
         coll = lambda: ccl.all_gather(blocks, part, config=ccl_cfg)  # noqa: E731
         results = {"fused": out, "unfused": lambda: blocks.permute(1, 0, 2).reshape(m, w * n)}
@@ -182,12 +186,12 @@ def _paths(op, heap, a, b, cfg, ccl_cfg):
         if op == "matmul_reduce_scatter":
             out = torch.empty(m // w, n, dtype=dtype, device=dev)
             red = torch.empty(m // w, n, dtype=dtype, device=dev)
-            fused = lambda: ops.matmul_reduce_scatter(a, b, out=out, config=cfg)  # noqa: E731
+            fused = lambda c=cfg: ops.matmul_reduce_scatter(a, b, out=out, config=c)  # noqa: E731
             coll = lambda: ccl.reduce_scatter(red, part, config=ccl_cfg)  # noqa: E731
             results = {"fused": out, "unfused": red}
         else:
             out = heap.empty(m, n, dtype=dtype)
-            fused = lambda: ops.matmul_all_reduce(a, b, out=out, config=cfg)  # noqa: E731
+            fused = lambda c=cfg: ops.matmul_all_reduce(a, b, out=out, config=c)  # noqa: E731
             coll = lambda: ccl.all_reduce(part, config=ccl_cfg)  # noqa: E731
             results = {"fused": out, "unfused": part}
         matmul = lambda: torch.matmul(a, b, out=part)  # noqa: E731
@@ -203,7 +207,11 @@ def _paths(op, heap, a, b, cfg, ccl_cfg):
     core_a = gathered if op == "all_gather_matmul" else a  # the GEMM the unfused matmul makes
     core_out = torch.empty(core_a.shape[0], n, dtype=dtype, device=dev)
     core = lambda: ops.local_matmul(core_a, b, out=core_out, config=cfg)  # noqa: E731
-    return {"fused": fused, "unfused": unfused, "matmul": matmul, "collective": coll, "core": core}, results
+    paths = {"fused": fused, "unfused": unfused, "matmul": matmul, "collective": coll, "core": core}
+    if ops.config.variant_of(auto_cfg, op, heap.device) != "fused":  # else the same calls as "fused"
+        paths["auto"] = lambda: fused(auto_cfg)
+        results["auto"] = results["fused"]
+    return paths, results
 
 
 def _ccl_programs(heap) -> int | None:
@@ -235,18 +243,18 @@ def rank_main(args: argparse.Namespace) -> dict:
         with trace.session(heap, args) as tracing, tables.progress(
             "ops-bench", len(args.shapes) * len(args.ops), enabled=rank == 0
         ) as bar:
-            cfg = _config(args, tracing.on)
+            cfg, auto_cfg = _config(args, tracing.on), _config(args, tracing.on, "auto")
             ccl_cfg = ccl.Config(backend=args.backend, trace=tracing.on, num_programs=_ccl_programs(heap))
             for shape in args.shapes:
                 for op in args.ops:
                     a_shape, b_shape = operands(op, shape, w)
                     a_all, b_all = _inputs(op, a_shape, b_shape, dtype, dev, rank, w)
                     a, b = a_all[rank], b_all[rank]
-                    paths, results = _paths(op, heap, a, b, cfg, ccl_cfg)
+                    paths, results = _paths(op, heap, a, b, cfg, ccl_cfg, auto_cfg)
                     want = _expected(op, a_all, b_all, rank, w, dtype)
                     del a_all, b_all
                     found = []
-                    for name in ("fused", "unfused"):
+                    for name in [p for p in ("fused", "auto", "unfused") if p in paths]:
                         paths[name]()
                         heap.barrier()
                         heap.check_device_errors()
@@ -258,11 +266,13 @@ def rank_main(args: argparse.Namespace) -> dict:
                         found += [got] if got is not None else []
                     mismatches += found
                     row = {"op": op, "shape": "x".join(map(str, shape)), "ranks": w, "dtype": args.dtype,
-                           "backend": args.backend, "check": "ok" if not found else "MISMATCH"}  # fmt: skip
+                           "backend": args.backend, "check": "ok" if not found else "MISMATCH",
+                           "auto_variant": "unfused" if "auto" in paths else "fused"}  # fmt: skip
                     for name, fn in paths.items():
                         heap.barrier()
                         t = timing.time_launches(fn, reps=args.reps, iters=args.iters, warmup=2, device=dev, agree=agree)
                         row[f"{name}_ms"] = agree(t) * 1e3
+                    row.setdefault("auto_ms", row["fused_ms"])  # auto ran the fused kernel: the same calls
                     heap.barrier()
                     heap.check_device_errors()
                     nbytes = traffic(op, a_shape, b_shape, w, e)
@@ -287,6 +297,8 @@ def _derive(row: dict) -> dict:
     row["limit_ms"] = max(row["matmul_ms"], comm_ms)
     row["fused_vs_limit"] = row["fused_ms"] / row["limit_ms"]
     row["speedup"] = row["unfused_ms"] / row["fused_ms"]
+    row["auto_speedup"] = row["unfused_ms"] / row["auto_ms"]
+    row["auto_label"] = f"{row['auto_speedup']:.2f} ({row['auto_variant']})"  # the table's; the CSV has both
     row["parts_ms"] = row["matmul_ms"] + row["collective_ms"]
     row["unfused_vs_parts"] = row["unfused_ms"] / row["parts_ms"]
     row["comm_share"] = row["collective_ms"] / row["parts_ms"]
@@ -302,6 +314,7 @@ def report(results: list, args: argparse.Namespace) -> int:
                ("collective_ms", "coll ms", ".3f"), ("unfused_vs_parts", "unfused/(mm+coll)", ".2f"),
                ("comm_share", "comm share", ".0%"), ("limit_ms", "limit ms", ".3f"),
                ("fused_vs_limit", "fused/limit", ".2f"), ("speedup", "unfused/fused", ".2f"),
+               ("auto_label", "unfused/auto", ""),
                ("core_ms", "core ms", ".3f"), ("core_vs_torch", "core/torch", ".2f"), ("check", "vs torch", "")]  # fmt: skip
     caption = ("times: queued device time per call, slowest rank; limit = max(matmul, collective traffic at the "
                "copy bandwidth); core = iris.ops.local_matmul (the fused kernels' GEMM, communication off); "
@@ -312,7 +325,8 @@ def report(results: list, args: argparse.Namespace) -> int:
                        caption=caption)  # fmt: skip
     bad = validation.print_mismatches(m for r in results for m in r["mismatches"])
     if args.csv:
-        tables.write_csv(args.csv, [dict(r, device=env["device"], mps=env["mps"]) for r in rows])
+        tables.write_csv(args.csv, [{**{k: v for k, v in r.items() if k != "auto_label"}, "device": env["device"],
+                                     "mps": env["mps"]} for r in rows])  # fmt: skip
         print(f"wrote {args.csv}")
     if args.plot:
         points = [{"index": i, "ratio": r[key] / r["limit_ms"], "path": label} for i, r in enumerate(rows)

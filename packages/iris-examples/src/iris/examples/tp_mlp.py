@@ -8,7 +8,9 @@ rank's columns) and the down-projection row-parallel (``w_down_r``: I/W x H, thi
     y_r = rows r of sum_s h_s @ w_down_s             matmul_reduce_scatter (T/W x H)
 
 so ``y = gelu(x @ w_up) @ w_down`` with every rank holding its T/W tokens of it. The fused block
-is those two ``iris.ops`` calls and a GELU; the unfused block is ``iris.ccl.all_gather``,
+is those two ``iris.ops`` calls and a GELU, each run as ``--variant`` says (``auto``, the default:
+as a call without a variant runs, its fused kernel or its unfused parts where
+``iris.ops.config.AUTO_UNFUSED`` says so for the device; the table names which); the unfused block is ``iris.ccl.all_gather``,
 ``torch.matmul``, GELU, ``torch.matmul`` and ``iris.ccl.reduce_scatter`` (and the same with NCCL
 where every rank has a GPU of its own). Both are checked against the block computed by torch on
 one rank from the gathered weights, and timed as queued device time with the ranks lined up
@@ -56,6 +58,8 @@ def add_arguments(parser: argparse.ArgumentParser, *, gpu: bool) -> None:
     parser.add_argument("--dtype", choices=list(DTYPES), default="bfloat16", help="dtype (default bfloat16)")
     parser.add_argument("--iters", type=positive_int, default=10 if gpu else 1, help="timed samples per block")
     parser.add_argument("--reps", type=positive_int, default=3 if gpu else 1, help="blocks queued per sample")
+    parser.add_argument("--variant", choices=ops.config.VARIANTS, default="auto",
+                        help="iris.ops.Config(variant=...) of the fused block's two operations (default auto)")  # fmt: skip
 
 
 def check_arguments(args: argparse.Namespace) -> None:
@@ -87,7 +91,9 @@ def rank_main(args: argparse.Namespace) -> dict:
         nccl = dist.new_group(backend="nccl") if dev.type == "cuda" and w > 1 and heap.ranks_per_device == 1 else None
         rows, mismatches = [], []
         with trace.session(heap, args) as tracing, tables.progress("tp-mlp", len(args.shapes), enabled=rank == 0) as bar:
-            cfg = ops.Config(backend=args.backend, trace=tracing.on)
+            cfg = ops.Config(backend=args.backend, trace=tracing.on, variant=args.variant)
+            ran = ", ".join(f"{op} {ops.config.variant_of(cfg, op, dev)}" for op in ("all_gather_matmul",
+                                                                                     "matmul_reduce_scatter"))  # fmt: skip
             ccl_cfg = ccl.Config(backend=args.backend, trace=tracing.on, num_programs=_ccl_programs(heap))
             for shape in args.shapes:
                 t, hidden, inter = shape
@@ -125,7 +131,7 @@ def rank_main(args: argparse.Namespace) -> dict:
                 if nccl is not None:
                     paths["nccl"] = (lambda: unfused(nccl), y_ref)
                 row = {"shape": "x".join(map(str, shape)), "tokens": t, "hidden": hidden, "intermediate": inter,
-                       "ranks": w, "dtype": args.dtype, "backend": args.backend}  # fmt: skip
+                       "ranks": w, "dtype": args.dtype, "backend": args.backend, "fused_block": ran}  # fmt: skip
                 tol = 2e-2 * w if dtype != torch.float32 else 1e-3
                 for name, (fn, result) in paths.items():
                     result.fill_(float("nan"))
@@ -162,7 +168,8 @@ def report(results: list, args: argparse.Namespace) -> int:
     if results[0]["nccl"]:
         columns += [("nccl_ms", "NCCL ms", ".3f"), ("speedup_vs_nccl", "NCCL/fused", ".2f")]
     columns.append(("check", "vs torch", ""))
-    caption = ("fused = iris.ops.all_gather_matmul, GELU, iris.ops.matmul_reduce_scatter; unfused = iris.ccl.all_gather, "
+    caption = ("fused = iris.ops.all_gather_matmul, GELU, iris.ops.matmul_reduce_scatter (variant "
+               f"{args.variant}: {rows[0]['fused_block'] if rows else '-'}); unfused = iris.ccl.all_gather, "
                "matmul, GELU, matmul, iris.ccl.reduce_scatter; queued device time per block, slowest rank\n"
                + environment.summary(env))  # fmt: skip
     tables.print_table(f"tp-mlp, {args.ranks} ranks, backend {args.backend}, {args.dtype}", rows, columns, caption=caption)

@@ -7,7 +7,9 @@
 
 The operations synchronize like the collectives of ``iris.ccl`` (the same protocol: descriptions
 compared before anyone touches a peer, bounded waits, asynchronous errors, ``iris.ccl.reset()``
-after one), and ``iris.ops.reference`` holds each one's unfused equivalent.
+after one), and ``iris.ops.reference`` holds each one's unfused equivalent: what
+``Config(variant="unfused")`` runs, and ``"auto"`` (the default) where ``iris.ops.config.AUTO_UNFUSED``
+measured it faster on the device kind.
 """
 
 from __future__ import annotations

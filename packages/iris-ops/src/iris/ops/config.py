@@ -13,9 +13,10 @@ from dataclasses import dataclass
 
 import torch
 
-from iris.ccl.config import BACKENDS, check_launch, check_power_of_two, check_range
+from iris.ccl.config import BACKENDS, check_choice, check_launch, check_power_of_two, check_range
 
-__all__ = ["BACKENDS", "Config", "DEFAULT", "MAX_BLOCK", "MAX_GROUP_M", "MAX_PROGRAMS", "resolve"]
+__all__ = ["AUTO_UNFUSED", "BACKENDS", "Config", "DEFAULT", "MAX_BLOCK", "MAX_GROUP_M", "MAX_PROGRAMS", "VARIANTS",
+           "resolve", "variant_of"]  # fmt: skip
 
 #: Tile sides are powers of two in [16, MAX_BLOCK] (the description holds their logarithms in 3 bits).
 MAX_BLOCK = 2048
@@ -24,6 +25,22 @@ MAX_GROUP_M = 256
 #: Programs per launch at most (16 bits of the description).
 MAX_PROGRAMS = (1 << 16) - 1
 _MAX_STAGES = 8
+#: How an operation runs: ``"fused"`` (its one kernel, the GEMM and the communication overlapped),
+#: ``"unfused"`` (``torch.matmul``, then the ``iris.ccl`` collective: ``iris.ops.reference``), or
+#: ``"auto"`` (``AUTO_UNFUSED``: the one measured faster on the device kind).
+VARIANTS = ("auto", "fused", "unfused")
+
+#: Where ``variant="auto"`` runs the unfused composition: (CUDA compute capability, backend) -> the
+#: operations whose fused kernel was slower than ``torch.matmul`` + the ``iris.ccl`` collective at
+#: every shape ``ops-bench`` measured there. Everything else (every other operation, device kind and
+#: backend, CPU ranks) runs fused. sm_90, from ``ops-bench --ranks 4`` on an H100 (4 ranks under
+#: MPS, bf16, MLP shapes of 1024 to 16384 tokens, hidden 4096 and 8192; figures in the iris-ops
+#: CHANGELOG, 0.1.0): the fused reductions took 1.02-1.22x the unfused time with the Triton backend
+#: and 1.00-1.19x with Gluon (their GEMM core reaches 0.86-0.95 of cuBLAS's rate, more than the
+#: 6-16 % of the unfused time that communication takes), the fused gathers 0.79-0.98x.
+AUTO_UNFUSED: dict[tuple[tuple[int, int], str], frozenset[str]] = {
+    ((9, 0), backend): frozenset({"matmul_reduce_scatter", "matmul_all_reduce"}) for backend in BACKENDS
+}
 
 
 @dataclass(frozen=True)
@@ -41,6 +58,12 @@ class Config:
       software pipelining; the Gluon backend's ring of shared-memory slots on Hopper, at least 2;
       its portable core double-buffers in registers and ignores it).
     - ``backend``: ``"triton"`` (``tl.dot``) or ``"gluon"``; the host code and the protocol are the same.
+    - ``variant``: one of ``VARIANTS``: ``"fused"``, ``"unfused"``, or ``"auto"`` (the default:
+      ``AUTO_UNFUSED`` says which, per device kind, backend and operation). Every rank must run
+      the same variant (``"auto"`` chooses alike on GPUs of one kind): a rank that runs the other
+      makes the call raise ``CollectiveMismatchError`` on every rank. The tiling fields apply to
+      the fused kernels; the unfused variant runs ``torch.matmul`` and the collective with its
+      defaults (``iris.ops.reference``).
     - ``blocking``, ``trace``: as ``iris.ccl.Config``'s (wait and raise at once; record the
       kernel's phases into ``heap.tracing``: entry and exit waits, each tile's product, each
       tile's stores to or loads from a peer, each wait for peers' tiles).
@@ -54,6 +77,7 @@ class Config:
     num_warps: int | None = None
     num_stages: int | None = None
     backend: str = "triton"
+    variant: str = "auto"
     blocking: bool = False
     trace: bool = False
 
@@ -63,6 +87,7 @@ class Config:
         check_range("group_m", self.group_m, 1, MAX_GROUP_M)
         check_range("num_stages", self.num_stages, 1, _MAX_STAGES)
         check_launch(self, MAX_PROGRAMS)
+        check_choice("variant", self.variant, VARIANTS)
 
 
 #: What a call without ``config`` runs with.
@@ -109,3 +134,26 @@ def resolve(config: Config | None, dtype: torch.dtype, heap, *, path: str | None
     base = _defaults(config.backend, dtype, heap.device.type == "cuda", path)
     chosen = {k: v for k, v in base.items() if getattr(config, k) is None}
     return dataclasses.replace(config, **chosen) if chosen else config
+
+
+def variant_of(config: Config | None, name: str, device: torch.device) -> str:
+    """``"fused"`` or ``"unfused"``: what operation ``name`` runs with ``config`` on ``device``."""
+    if config is None:
+        config = DEFAULT
+    elif not isinstance(config, Config):
+        raise TypeError(f"config must be an iris.ops.Config, got {type(config).__name__}")
+    if config.variant != "auto":
+        return config.variant
+    if device.type != "cuda":
+        return "fused"
+    unfused = AUTO_UNFUSED.get((_capability(device), config.backend), ())
+    return "unfused" if name in unfused else "fused"
+
+
+_CAPABILITIES: dict = {}
+
+
+def _capability(device: torch.device) -> tuple[int, int]:
+    if device not in _CAPABILITIES:
+        _CAPABILITIES[device] = tuple(torch.cuda.get_device_capability(device))
+    return _CAPABILITIES[device]

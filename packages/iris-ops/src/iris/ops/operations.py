@@ -24,9 +24,9 @@ import iris.ccl as ccl
 from iris.ccl import _internals
 from iris.ccl.call import Call, kernels_of
 
-from . import custom_ops, description
+from . import custom_ops, description, reference
 from .arguments import check_heap, check_op, check_operands, check_out, output_like
-from .config import Config, resolve
+from .config import DEFAULT, Config, resolve, variant_of
 
 __all__ = ["all_gather_matmul", "local_matmul", "matmul_all_gather", "matmul_all_reduce", "matmul_reduce_scatter"]
 
@@ -40,6 +40,15 @@ _FLAG_MARKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # workspac
 #: its ``torch.ops.iris`` op (``custom_ops``). Eager, a bound function that returns False: ~0.03 us
 #: a call on the development CPU, where ``torch.compiler.is_compiling`` costs 0.13 (``custom_ops``).
 _compiling = torch.compiler.is_dynamo_compiling
+
+
+def _unfused(name: str, config: Config | None, heap) -> ccl.Config | None:
+    """The collective's ``Config`` where ``name`` runs unfused with ``config`` on ``heap``
+    (``Config.variant``; ``iris.ops.reference``), else None (it runs its fused kernel)."""
+    if variant_of(config, name, heap.device) != "unfused":
+        return None
+    cfg = config or DEFAULT
+    return reference.collective_config(heap, cfg.backend, cfg.blocking, cfg.trace)
 
 
 def _kernels(backend: str):
@@ -205,6 +214,8 @@ def all_gather_matmul(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | N
     w = heap.world_size
     (m, k), n = a.shape, b.shape[1]
     out = check_out("all_gather_matmul", out, (w * m, n), a, heap, a, b)
+    if (unfused := _unfused("all_gather_matmul", config, heap)) is not None:
+        return reference.all_gather_matmul(a, b, out=out, return_gathered=return_gathered, heap=heap, config=unfused)
     gathered = output_like((w * m, k), a) if return_gathered else None
     launch = _Launch(config, a, heap, m, n, blocks=w)
     if m * n == 0:  # no product to compute; the gathered rows (if any) by the collective alone
@@ -254,6 +265,8 @@ def matmul_all_gather(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | N
     stacked = isinstance(out, torch.Tensor) and out.dim() == 3
     shape = (w, m, n) if stacked else (m, w * n)
     out = check_out("matmul_all_gather", out, shape, a, heap, a, b)
+    if (unfused := _unfused("matmul_all_gather", config, heap)) is not None:
+        return reference.matmul_all_gather(a, b, out=out, heap=heap, config=unfused)
     launch = _Launch(config, a, heap, m, n)
     with Call(heap, launch.config, "matmul_all_gather", kernels=launch.kernels) as call:
         if m * n == 0:
@@ -320,6 +333,8 @@ def _matmul_reduce(name: str, a, b, op, out, heap, config) -> torch.Tensor:
         raise ValueError(f"{name}: a's rows ({m}) must split evenly over the world size {w} (each rank gets M/W)")
     rows = m // w if reduce_scatter else -(-m // w)
     out = check_out(name, out, (rows, n) if reduce_scatter else (m, n), a, heap, a, b)
+    if (unfused := _unfused(name, config, heap)) is not None:
+        return getattr(reference, name)(a, b, op, out=out, heap=heap, config=unfused)
     launch = _Launch(config, a, heap, rows, n)
     with Call(heap, launch.config, name, kernels=launch.kernels) as call:
         if m * n == 0:

@@ -1,10 +1,17 @@
 """The unfused equivalent of every fused operation: ``torch.matmul`` and the ``iris.ccl`` collective.
 
 What each fused operation computes, written as its parts (as torch's ``_symmetric_memory`` keeps
-``fused_all_gather_matmul``'s fallback beside it). The tests compare the fused operations with
-these, and ``ops-bench`` times them as the baseline; they round as the fused operations do (each
-product to the dtype, ranks combined in fp32 in rank order), so the two agree to the last bit
-wherever the GEMMs do.
+``fused_all_gather_matmul``'s fallback beside it), and what an operation runs with
+``Config(variant="unfused")`` (or ``"auto"`` where ``iris.ops.config.AUTO_UNFUSED`` says so). They
+round as the fused operations do (each product to the dtype, ranks combined in fp32 in rank
+order), so the two agree to the last bit wherever the GEMMs do.
+
+Buffers that peers reach (the gathered rows, the products a reduction reads) are the heap's:
+the caller's ``out`` where it is a row-major heap tensor, else the reserved ``ops.unfused``
+staging (``iris.ccl.workspace``), so the collective moves them in place and nothing is copied
+twice. ``config`` is the collective's (an ``iris.ccl.Config``); by default, where ranks share a
+GPU, one program per multiprocessor and rank (``collective_config``): the collective's programs
+that wait at its entry for a rank still in its matmul then leave that matmul room to finish.
 """
 
 from __future__ import annotations
@@ -12,38 +19,95 @@ from __future__ import annotations
 import torch
 
 import iris.ccl as ccl
+from iris.ccl.workspace import workspace_of
 
-__all__ = ["all_gather_matmul", "matmul_all_gather", "matmul_all_reduce", "matmul_reduce_scatter"]
+__all__ = ["all_gather_matmul", "collective_config", "matmul_all_gather", "matmul_all_reduce", "matmul_reduce_scatter"]
+
+#: The staging role of the unfused variant's heap buffers.
+_ROLE = "ops.unfused"
 
 
-def all_gather_matmul(a, b, *, return_gathered=False, heap=None, config=None):
-    """``all_gather`` of ``a`` (m x K per rank) into W*m x K, then ``torch.matmul`` with ``b``."""
+def collective_config(heap, backend: str = "triton", blocking: bool = False, trace: bool = False) -> ccl.Config:
+    """The collective's ``Config`` in an unfused operation: ``backend``, ``blocking`` and ``trace``
+    as the operation's; where ranks share a GPU, ``num_programs`` one per multiprocessor and rank.
+
+    With the collectives' default launch (up to 4 programs per multiprocessor and rank) the
+    programs of the ranks that reached the collective first, waiting at its entry, can hold every
+    multiprocessor's registers so that no block of a rank still in its ``torch.matmul`` fits: that
+    rank never arrives, and the others time out (seen on an H100 with 4 ranks under MPS)."""
+    programs = None
+    if heap.device.type == "cuda" and heap.ranks_per_device > 1:
+        sms = torch.cuda.get_device_properties(heap.device).multi_processor_count
+        programs = max(1, sms // heap.ranks_per_device)
+    return ccl.Config(backend=backend, blocking=blocking, trace=trace, num_programs=programs)
+
+
+def _in_place(heap, t) -> bool:
+    """Whether peers can reach ``t`` itself: a row-major heap tensor."""
+    return t is not None and heap.is_symmetric(t) and t.is_contiguous()
+
+
+def _staging(heap, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """The unfused variant's reserved heap buffer, as a row-major ``shape`` of ``dtype``. Its own
+    until this rank's next collective: the last one's exit saw every peer done with it."""
+    return workspace_of(heap).staging(_ROLE, torch.empty(shape, dtype=dtype, device="meta"))
+
+
+def _config(heap, config):
+    return collective_config(heap) if config is None else config
+
+
+def all_gather_matmul(a, b, *, out=None, return_gathered=False, heap=None, config=None):
+    """``all_gather`` of ``a`` (m x K per rank) into W*m x K, then ``torch.matmul`` with ``b``
+    (into ``out`` if given); ``(gathered, c)`` with ``return_gathered``."""
     heap = ccl.arguments.check_heap(heap)
-    gathered = torch.empty((heap.world_size * a.shape[0], a.shape[1]), dtype=a.dtype, device=a.device)
-    ccl.all_gather(gathered, a, heap=heap, config=config)
-    c = torch.matmul(gathered, b)
+    shape = (heap.world_size * a.shape[0], a.shape[1])
+    if return_gathered:
+        gathered = torch.empty(shape, dtype=a.dtype, device=a.device)
+    else:
+        gathered = _staging(heap, shape, a.dtype)
+    ccl.all_gather(gathered, a.contiguous(), heap=heap, config=_config(heap, config))  # rows, as gathered lays them
+    c = torch.matmul(gathered, b) if out is None else torch.matmul(gathered, b, out=out)
     return (gathered, c) if return_gathered else c
 
 
-def matmul_all_gather(a, b, *, heap=None, config=None):
-    """``torch.matmul(a, b)`` (M x n per rank), ``all_gather`` into W x M x n, permuted to M x W*n."""
+def matmul_all_gather(a, b, *, out=None, heap=None, config=None):
+    """``torch.matmul(a, b)`` (M x n per rank), ``all_gather`` into W x M x n, permuted to M x W*n
+    (or into ``out`` of either shape: W x M x n keeps the products stacked)."""
     heap = ccl.arguments.check_heap(heap)
-    w = heap.world_size
+    w, m, n = heap.world_size, a.shape[0], b.shape[1]
     part = torch.matmul(a, b)
-    blocks = torch.empty((w, *part.shape), dtype=part.dtype, device=part.device)
-    ccl.all_gather(blocks, part, heap=heap, config=config)
-    return blocks.permute(1, 0, 2).reshape(part.shape[0], w * part.shape[1])
+    stacked = out is not None and out.dim() == 3
+    blocks = out if stacked and _in_place(heap, out) else _staging(heap, (w, m, n), part.dtype)
+    ccl.all_gather(blocks, part, heap=heap, config=_config(heap, config))
+    if blocks is out:
+        return out
+    if stacked:
+        return out.copy_(blocks)
+    side_by_side = blocks.permute(1, 0, 2).reshape(m, w * n)
+    return side_by_side if out is None else out.copy_(side_by_side)
 
 
-def matmul_reduce_scatter(a, b, op="sum", *, heap=None, config=None):
-    """``torch.matmul(a, b)`` (M x N per rank), then ``reduce_scatter`` into M/W x N."""
+def _product(heap, a, b, out) -> torch.Tensor:
+    """``a @ b`` into ``out`` where peers can reach it, else into the staging."""
+    target = out if _in_place(heap, out) else _staging(heap, (a.shape[0], b.shape[1]), a.dtype)
+    return torch.matmul(a, b, out=target)
+
+
+def matmul_reduce_scatter(a, b, op="sum", *, out=None, heap=None, config=None):
+    """``torch.matmul(a, b)`` (M x N per rank), then ``reduce_scatter`` into M/W x N (``out`` if given)."""
     heap = ccl.arguments.check_heap(heap)
-    part = torch.matmul(a, b)
-    out = torch.empty((part.shape[0] // heap.world_size, part.shape[1]), dtype=part.dtype, device=part.device)
-    return ccl.reduce_scatter(out, part, op, heap=heap, config=config)
+    part = _product(heap, a, b, None)
+    if out is None:
+        out = torch.empty((part.shape[0] // heap.world_size, part.shape[1]), dtype=part.dtype, device=part.device)
+    return ccl.reduce_scatter(out, part, op, heap=heap, config=_config(heap, config))
 
 
-def matmul_all_reduce(a, b, op="sum", *, heap=None, config=None):
-    """``torch.matmul(a, b)`` (M x N per rank), then ``all_reduce`` in place."""
+def matmul_all_reduce(a, b, op="sum", *, out=None, heap=None, config=None):
+    """``torch.matmul(a, b)`` (M x N per rank), then ``all_reduce`` in place (in ``out`` if given)."""
     heap = ccl.arguments.check_heap(heap)
-    return ccl.all_reduce(torch.matmul(a, b), op, heap=heap, config=config)
+    part = _product(heap, a, b, out)
+    ccl.all_reduce(part, op, heap=heap, config=_config(heap, config))
+    if out is None:
+        return part.clone()  # the staging is the workspace's: the caller gets a tensor of its own
+    return part if part is out else out.copy_(part)

@@ -43,9 +43,10 @@ def print_table(title: str, rows: Sequence[dict], columns: Sequence[Column], *, 
     examples put ``environment.summary()`` there).
     """
     table = Table(title=title, title_justify="left")
-    for _key, header, spec in columns:
+    for i, (_key, header, spec) in enumerate(columns):
         numeric = isinstance(spec, str) and spec[-1:] in ("f", "g", "e", "d", "%")
-        table.add_column(header, justify="right" if numeric else "left")
+        # The first column names the row: never cut (a table wider than the console wraps the others).
+        table.add_column(header, justify="right" if numeric else "left", no_wrap=i == 0, overflow="fold")
     for row in rows:
         table.add_row(*(_cell(row.get(key), spec) for key, _, spec in columns))
     out = console()

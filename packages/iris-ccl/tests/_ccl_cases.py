@@ -16,7 +16,7 @@ from iris.testing import gather  # every rank's expected tensor, over gloo (no d
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.int32]
 SHAPES = [(1,), (7,), (5, 3), (4, 6, 2), (300,)]  # (300,) spans several 64-element tiles
-VARIANTS = ["one_shot", "two_shot", "rs_ag"]
+VARIANTS = ["one_shot", "two_shot", "rs_ag", "one_shot_push"]
 BLOCK = 64
 
 
@@ -300,10 +300,12 @@ def back_to_back(rank, world_size, backend, count):
     x = heap.full((257,), float(rank + 1))
     gathered = torch.empty(w * 257, device=heap.device)
     expected = torch.full((257,), float(rank + 1))
-    variants = ["one_shot", "two_shot", "rs_ag"]
+    variants = ["one_shot", "two_shot", "rs_ag", "one_shot_push"]
     for i in range(count):
         kind = i % 4
-        cfg = ccl.Config(variant=variants[i % 3], block_size=128, num_programs=2, backend=backend)
+        # every 4th call is an all_reduce: its variant cycles over all (i // 4), the others' do not matter
+        cfg = ccl.Config(variant=variants[(i // 4 if kind == 0 else i) % 4], block_size=128, num_programs=2,
+                         backend=backend)  # fmt: skip
         if kind == 0:
             ccl.all_reduce(x, config=cfg)  # x = sum over ranks
             total = sum(expected_r for expected_r in gather(expected, w))
@@ -357,6 +359,11 @@ def bad_inputs(rank, world_size, backend):
             lambda: ccl.reduce_scatter(torch.empty(8, dtype=torch.float16, device=dev), x, config=cfg),
         ),
         (ValueError, "unknown op", lambda: ccl.all_reduce(x, op="prod", config=cfg)),
+        (
+            ValueError,
+            "'one_shot_push' takes at most 32768 bytes",
+            lambda: ccl.all_reduce(torch.zeros(8193, device=dev), config=ccl.Config(variant="one_shot_push")),
+        ),
         (ValueError, "unknown op", lambda: ccl.reduce_scatter(torch.empty(8, device=dev), x, op="mean", config=cfg)),
         (
             TypeError,

@@ -69,6 +69,10 @@ def cases(K):
                         {**sig, "PUSH": "constexpr", "DST_CHUNKED": "constexpr", "COPY_BACK": "constexpr",
                          **_REDUCE_FLAGS},
                         {"PUSH": push, "DST_CHUNKED": chunked, "COPY_BACK": back, **flags}))  # fmt: skip
+        # the pushing one-shot: one program, the slots' check as the runtime argument ``verified``
+        out.append((f"push_reduce {dt} op{op}", K.push_reduce_kernel,
+                    {**_HEAD, "src": f"*{dt}", "dst": f"*{dt}", "slots": f"*{dt}", "N": "i32", "slot": "i32",
+                     "verified": "i32", **_REDUCE_FLAGS}, {**flags, "BLOCK": 2048}))  # fmt: skip
     for dt in ("u8", "i16", "i32", "i64"):
         ints = {k: "i32" for k in "piece dst_numel src_stride piece_index dst_stride first_rank".split()}
         tail = {"FLAGS": "constexpr", "BLOCK": "constexpr", "SCOPE": "constexpr", "TRACE": "constexpr"}
@@ -84,10 +88,10 @@ def cases(K):
                         "MODE": "constexpr", **tail},
                         {"W": 4, "MODE": mode, "FLAGS": 4, "BLOCK": 4096, "SCOPE": "sys", "TRACE": False}))  # fmt: skip
     # Config(trace=True): one of each kernel with its phases recorded
-    traced = {"barrier", "reduce bf16 op1 push=True chunked=True", "gather i32", "push i16"}
+    traced = {"barrier", "reduce bf16 op1 push=True chunked=True", "gather i32", "push i16", "push_reduce fp32 op0"}
     out += [(f"{label} traced", fn, sig, {**c, "TRACE": True}) for label, fn, sig, c in out if label in traced]
     # every rank on one device: the protocol's atomics at gpu scope (iris.ccl.workspace)
-    one_device = {"barrier", "reduce fp32 op0 push=True chunked=True", "gather i32"}
+    one_device = {"barrier", "reduce fp32 op0 push=True chunked=True", "gather i32", "push_reduce bf16 op1"}
     out += [(f"{label} gpu scope", fn, sig, {**c, "SCOPE": "gpu"}) for label, fn, sig, c in out if label in one_device]
     return out
 

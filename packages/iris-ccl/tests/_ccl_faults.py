@@ -110,8 +110,10 @@ def all_reduce_works(heap, backend, rank: int, world_size: int, when: str) -> No
     y = mem.plain_tensor(inputs[rank], "the check's plain tensor")
     ccl.all_reduce(x, config=cfg(backend, variant="two_shot", blocking=True))
     ccl.all_reduce(y, config=cfg(backend, variant="one_shot", blocking=True))
+    z = mem.plain_tensor(inputs[rank], "the check's pushed tensor")  # (after one, the push slots are verified)
+    ccl.all_reduce(z, config=cfg(backend, variant="one_shot_push", blocking=True))
     want = reference_reduce(inputs, "sum")
-    assert same(x, want) and same(y, want), f"rank {rank}: all_reduce {when} differs from torch's"
+    assert same(x, want) and same(y, want) and same(z, want), f"rank {rank}: all_reduce {when} differs from torch's"
     mem.assert_guards(rank, f"all_reduce {when}")
     mem.free()
 
@@ -148,6 +150,8 @@ MISMATCHES = {
     "float32 vs int32": Mismatch("dtype", torch.float32, torch.int32),
     "op sum vs max": Mismatch("op", "sum", "max"),
     "variant two_shot vs one_shot": Mismatch("variant", "two_shot", "one_shot"),
+    "variant two_shot vs one_shot_push": Mismatch("variant", "two_shot", "one_shot_push"),
+    "element count, one_shot_push after one": Mismatch("element count", 64, 100),
     "all_reduce vs all_gather": Mismatch("collective", "all_reduce", "all_gather"),
     "barrier vs all_reduce": Mismatch("collective", "barrier", "all_reduce"),
     "heap tensor vs plain tensor": Mismatch("tensors on the heap", "first tensor", "none"),
@@ -182,6 +186,15 @@ def _mismatched_call(kind: str, mem: Guarded, backend, rank: int, world_size: in
         return lambda: ccl.all_reduce(
             x, config=cfg(backend, blocking=blocking, variant="one_shot" if odd else "two_shot")
         )
+    if kind == "variant two_shot vs one_shot_push":
+        x = mem.plain_tensor(data, "the tensor")
+        return lambda: ccl.all_reduce(x, config=cfg(backend, blocking=blocking, variant="one_shot_push" if odd else
+                                                    "two_shot"))  # fmt: skip
+    if kind == "element count, one_shot_push after one":  # the stores go out before the entry finds it
+        push = cfg(backend, blocking=True, variant="one_shot_push")
+        ccl.all_reduce(torch.ones(8, device=mem.heap.device), config=push)  # the slots' offsets agreed
+        x = mem.plain_tensor(sample((100 if odd else 64,), torch.float32, 11, rank), "the tensor")
+        return lambda: ccl.all_reduce(x, config=cfg(backend, blocking=blocking, variant="one_shot_push"))
     if kind == "all_reduce vs all_gather":
         x = mem.heap_tensor(data, "the input")
         if not odd:
@@ -318,13 +331,13 @@ def dist_all(value) -> list:
 # -- 2. a rank that skips a collective ---------------------------------------------------------------
 
 
-def skipped(rank, world_size, backend, timeout: float):
-    """The last rank skips a two_shot all_reduce (on guarded heap tensors) that the others make
+def skipped(rank, world_size, backend, timeout: float, variant: str = "two_shot"):
+    """The last rank skips an all_reduce (``variant``, on guarded heap tensors) that the others make
     with ``heap.wait_timeout = timeout``; once they gave up it makes the call late. Returns the
     errors and how long each call took."""
     heap = iris.heap.init(HEAP_SIZE)
     heap.wait_timeout = QUIET
-    c = cfg(backend, blocking=True, variant="two_shot")
+    c = cfg(backend, blocking=True, variant=variant)
     skipper = world_size - 1
     all_reduce_works(heap, backend, rank, world_size, "before the skip")  # also warms the kernels up
     mem = Guarded(heap)
@@ -572,7 +585,7 @@ def dtype_matrix(rank, world_size, backend, part):
     # each reduction x each dtype, the ops rotating so that every dtype meets every op (avg included)
     for d, dtype in enumerate(REDUCIBLE if part == "reductions" else ()):
         ops = ops_for(dtype)
-        for i, variant in enumerate(("one_shot", "two_shot", "rs_ag", "reduce_scatter")):
+        for i, variant in enumerate(("one_shot", "two_shot", "rs_ag", "one_shot_push", "reduce_scatter")):
             op, case = ops[(d + i) % len(ops)], 100 * d + i
             c = cfg(backend, blocking=True, variant="auto" if variant == "reduce_scatter" else variant)
             mem = Guarded(heap)
@@ -669,7 +682,7 @@ def draw(rng: random.Random, w: int) -> Call:
         shape = (n,) if rng.random() < 0.6 or n < 4 else (n // 3, 3)
     return Call(
         kind=kind, dtype=dtype, shape=shape, op=rng.choice(ops_for(dtype)),
-        variant=rng.choice(("auto", "one_shot", "two_shot", "rs_ag")), heap_in=rng.random() < 0.5,
+        variant=rng.choice(("auto", "one_shot", "two_shot", "rs_ag", "one_shot_push")), heap_in=rng.random() < 0.5,
         heap_out=rng.random() < 0.5, stacked=rng.random() < 0.3, src=rng.randrange(w),
         blocking=rng.random() < 0.5,
     )  # fmt: skip

@@ -117,15 +117,17 @@ def test_a_rank_slow_to_look_at_its_peers_still_raises_the_mismatch(world, backe
 # -- 2. a rank that skips a collective ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("world_size", [2, 3])
+@pytest.mark.parametrize("world_size,variant", [(2, "two_shot"), (3, "two_shot"), (3, "one_shot_push")])
 def test_a_skipped_collective_times_out_the_others_within_the_bound_and_the_late_rank_raises(
-    world, backend, world_size
+    world, backend, world_size, variant
 ):
-    """The last rank skips a two_shot all_reduce: its memory is untouched, every other rank raises
+    """The last rank skips an all_reduce: its memory is untouched, every other rank raises
     within the bound (a timeout naming it, or abandoned by a rank that timed out first), and when
-    it makes the call late it raises at once, naming a rank that gave up, touching no peer."""
+    it makes the call late it raises at once, naming a rank that gave up, touching no peer (the
+    pushing variant stores into the others' push slots before it finds that out: never into a
+    caller's tensor)."""
     timeout = 1.0
-    results = world.run(F.skipped, world_size, backend, timeout)
+    results = world.run(F.skipped, world_size, backend, timeout, variant)
     skipper = world_size - 1
     callers = results[:skipper]
     for rank, res in enumerate(callers):

@@ -117,6 +117,7 @@ def test_workspace_bytes_bounds_what_the_collectives_reserve(world, backend, wor
     for rank, res in enumerate(world.run(P.reserved_within_workspace_bytes, world_size, backend)):
         assert res["sync"] == res["sync bound"], f"rank {rank}: {res}"
         assert res["sync"] < res["staged"] <= res["staged bound"], f"rank {rank}: {res}"
+        assert res["pushed"] - res["staged"] == res["pushed bound"] - res["staged bound"], f"rank {rank}: {res}"
 
 
 def test_workspace_bytes_refuses_what_is_not_a_size():

@@ -20,12 +20,14 @@ from triton.experimental.gluon import language as gl
 
 import iris.mem.gluon as img
 from iris.heap.tracing import EVENTS
+from iris.mem.gluon import Context, Tracing
+from iris.mem.gluon import ops as mops
 
 from . import protocol
 from . import protocol_gluon as proto
 from .call import Push
 
-__all__ = ["barrier_kernel", "reduce_kernel", "gather_kernel", "push_kernel"]
+__all__ = ["barrier_kernel", "reduce_kernel", "gather_kernel", "push_kernel", "push_reduce_kernel"]
 
 _AVG = gl.constexpr(protocol.REDUCE_OPS["avg"])
 # Config(trace=True): the phases every kernel records (iris.heap.tracing.EVENTS), per tile.
@@ -66,11 +68,17 @@ def _reduce_tile(ctx, tr, src, mask, W: gl.constexpr, OP: gl.constexpr, ACC_F32:
         if ACC_F32:
             v = v.to(gl.float32)
         acc = proto.combine(acc, v, OP, IS_FLOAT)
+    return _average(ctx, acc, OP)
+
+
+@gluon.jit
+def _average(ctx, acc, OP: gl.constexpr):
+    """``acc`` over the world size where ``OP`` is avg (IEEE-rounded, as torch divides)."""
     if OP == _AVG:
         if acc.dtype == gl.float64:
             acc = acc / ctx.world_size.to(gl.float64)  # fp64 division is IEEE-rounded already
         else:
-            acc = tl.div_rn(acc, ctx.world_size.to(acc.dtype))  # IEEE-rounded, as torch divides
+            acc = tl.div_rn(acc, ctx.world_size.to(acc.dtype))
     return acc
 
 
@@ -226,3 +234,72 @@ def push_kernel(
         tr.record_end(tile)
         t += gl.num_programs(0)
     proto.finish(ctx, tr, sync, epoch, go, FLAGS, SCOPE)
+
+
+@gluon.jit
+def _push_slots(ctx, tr, src, slots, N, slot, parity, W: gl.constexpr, BLOCK: gl.constexpr, L: gl.constexpr):
+    """This rank's ``src`` into slot [parity][rank] of every rank's push slots (see _triton_kernels)."""
+    mine = slots + (parity * W + ctx.rank) * slot
+    i = N * 0  # a while loop: triton 3.6's interpreter takes no argument as a range bound here
+    while i < N:
+        offs = i + gl.arange(0, BLOCK, layout=L)
+        mask = offs < N
+        nbytes = _bytes(mask, src) if tr.enabled else 0
+        tile = tr.record_start(_TILE, ctx.rank, nbytes)
+        v = gl.load(src + offs, mask=mask)
+        for j in gl.static_range(1, W + 1):
+            _store(ctx, tr, mine + offs, v, (ctx.rank + j) % W, mask, nbytes)
+        tr.record_end(tile)
+        i += BLOCK
+
+
+@gluon.jit
+def _reduce_slots(ctx, dst, slots, N, slot, parity, W: gl.constexpr, OP: gl.constexpr, ACC_F32: gl.constexpr,
+                  IS_FLOAT: gl.constexpr, BLOCK: gl.constexpr, L: gl.constexpr):  # fmt: skip
+    """``dst`` = ``op`` over this rank's slots [parity][0..W-1], in rank order (see _triton_kernels)."""
+    base = slots + parity * W * slot
+    i = N * 0
+    while i < N:
+        offs = i + gl.arange(0, BLOCK, layout=L)
+        mask = offs < N
+        acc = gl.load(base + offs, mask=mask, volatile=True)
+        if ACC_F32:
+            acc = acc.to(gl.float32)
+        for r in gl.static_range(1, W):
+            v = gl.load(base + r * slot + offs, mask=mask, volatile=True)
+            if ACC_F32:
+                v = v.to(gl.float32)
+            acc = proto.combine(acc, v, OP, IS_FLOAT)
+        gl.store(dst + offs, proto.cast_out(_average(ctx, acc, OP), dst.dtype.element_ty), mask=mask)
+        i += BLOCK
+
+
+@proto.kernel
+def push_reduce_kernel(
+    context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, src, dst, slots, N, slot, verified,
+    W: gl.constexpr, OP: gl.constexpr, ACC_F32: gl.constexpr, IS_FLOAT: gl.constexpr, FLAGS: gl.constexpr,
+    BLOCK: gl.constexpr, SCOPE: gl.constexpr, TRACE: gl.constexpr,
+):  # fmt: skip
+    """The pushing one-shot all_reduce, one program (see _triton_kernels): stores into every rank's
+    push slots before the entry once ``verified``, after it and before an exit otherwise."""
+    L: gl.constexpr = proto.tile_layout(BLOCK, gl.num_warps(), src.dtype.element_ty)
+    ctx = Context.initialize(context_ptr)
+    tr = Tracing.initialize(context_ptr, TRACE)
+    epoch = gl.load(proto.state(sync, FLAGS) + 1) + 1
+    parity = (epoch % 2).to(gl.int64)
+    if (verified != 0) & mops.healthy(context_ptr):  # (a rank in error does not arrive: nothing to push)
+        _push_slots(ctx, tr, src, slots, N, slot, parity, W, BLOCK, L)
+    img.barrier()  # every thread's stores are done before the arrival releases them
+    epoch, go = proto.enter(ctx, tr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, FLAGS, SCOPE)
+    if verified != 0:
+        img.barrier()  # the entry's acquire (by some threads) before every thread's reads
+        if go:
+            _reduce_slots(ctx, dst, slots, N, slot, parity, W, OP, ACC_F32, IS_FLOAT, BLOCK, L)
+        proto.complete(ctx, sync, epoch, go, FLAGS, SCOPE)
+    else:
+        if go:
+            _push_slots(ctx, tr, src, slots, N, slot, parity, W, BLOCK, L)
+        ok = proto.finish(ctx, tr, sync, epoch, go, FLAGS, SCOPE)
+        img.barrier()  # the exit's acquire (by some threads) before every thread's reads
+        if ok:  # after a failure the caller's tensor is left as it was
+            _reduce_slots(ctx, dst, slots, N, slot, parity, W, OP, ACC_F32, IS_FLOAT, BLOCK, L)

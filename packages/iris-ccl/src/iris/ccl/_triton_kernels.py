@@ -14,12 +14,14 @@ import triton
 import triton.language as tl
 
 from iris.heap.tracing import EVENTS
+from iris.mem.triton import Context, Tracing
+from iris.mem.triton import ops as mops
 
 from . import protocol
 from . import protocol_triton as proto
 from .call import Push
 
-__all__ = ["barrier_kernel", "reduce_kernel", "gather_kernel", "push_kernel"]
+__all__ = ["barrier_kernel", "reduce_kernel", "gather_kernel", "push_kernel", "push_reduce_kernel"]
 
 _AVG = tl.constexpr(protocol.REDUCE_OPS["avg"])
 # Config(trace=True): the phases every kernel records (iris.heap.tracing.EVENTS), per tile.
@@ -60,11 +62,17 @@ def _reduce_tile(ctx, tr, src, mask, W: tl.constexpr, OP: tl.constexpr, ACC_F32:
         if ACC_F32:
             v = v.to(tl.float32)
         acc = proto.combine(acc, v, OP, IS_FLOAT)
+    return _average(ctx, acc, OP)
+
+
+@triton.jit
+def _average(ctx, acc, OP: tl.constexpr):
+    """``acc`` over the world size where ``OP`` is avg (IEEE-rounded, as torch divides)."""
     if OP == _AVG:
         if acc.dtype == tl.float64:
             acc = acc / ctx.world_size.to(tl.float64)  # fp64 division is IEEE-rounded already
         else:
-            acc = tl.div_rn(acc, ctx.world_size.to(acc.dtype))  # IEEE-rounded, as torch divides
+            acc = tl.div_rn(acc, ctx.world_size.to(acc.dtype))
     return acc
 
 
@@ -247,3 +255,85 @@ def push_kernel(
         tr.record_end(tile)
         t += tl.num_programs(0)
     proto.finish(ctx, tr, sync, epoch, go, FLAGS, SCOPE)
+
+
+@triton.jit
+def _push_slots(ctx, tr, src, slots, N, slot, parity, W: tl.constexpr, BLOCK: tl.constexpr):
+    """This rank's ``src`` (N elements, read here once) into slot [parity][rank] of every rank's push
+    slots (this rank's own first: the next rank's, ..., its own last)."""
+    mine = slots + (parity * W + ctx.rank) * slot
+    i = N * 0  # a while loop: triton 3.6's interpreter takes no argument as a range bound here
+    while i < N:
+        offs = i + tl.arange(0, BLOCK)
+        mask = offs < N
+        nbytes = _bytes(mask, src) if tr.enabled else 0
+        tile = tr.record_start(_TILE, ctx.rank, nbytes)
+        v = tl.load(src + offs, mask=mask)
+        for j in tl.static_range(1, W + 1):
+            _store(ctx, tr, mine + offs, v, (ctx.rank + j) % W, mask, nbytes)
+        tr.record_end(tile)
+        i += BLOCK
+
+
+@triton.jit
+def _reduce_slots(ctx, dst, slots, N, slot, parity, W: tl.constexpr, OP: tl.constexpr, ACC_F32: tl.constexpr,
+                  IS_FLOAT: tl.constexpr, BLOCK: tl.constexpr):  # fmt: skip
+    """``dst`` = ``op`` over slots [parity][0..W-1] of this rank's push slots, in rank order (volatile
+    loads: peers wrote them, so no cache line of an earlier launch may answer)."""
+    base = slots + parity * W * slot
+    i = N * 0
+    while i < N:
+        offs = i + tl.arange(0, BLOCK)
+        mask = offs < N
+        acc = tl.load(base + offs, mask=mask, volatile=True)
+        if ACC_F32:
+            acc = acc.to(tl.float32)
+        for r in tl.static_range(1, W):
+            v = tl.load(base + r * slot + offs, mask=mask, volatile=True)
+            if ACC_F32:
+                v = v.to(tl.float32)
+            acc = proto.combine(acc, v, OP, IS_FLOAT)
+        tl.store(dst + offs, proto.cast_out(_average(ctx, acc, OP), dst.dtype.element_ty), mask=mask)
+        i += BLOCK
+
+
+@proto.kernel
+def push_reduce_kernel(
+    context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, src, dst, slots, N, slot, verified,
+    W: tl.constexpr, OP: tl.constexpr, ACC_F32: tl.constexpr, IS_FLOAT: tl.constexpr, FLAGS: tl.constexpr,
+    BLOCK: tl.constexpr, SCOPE: tl.constexpr, TRACE: tl.constexpr,
+):  # fmt: skip
+    """The pushing one-shot all_reduce, one program, N <= ``slot`` elements: every rank stores its
+    ``src`` into slot [epoch parity][rank] of every rank's ``slots`` (the workspace's push slots,
+    ``slot`` elements each) and reduces its own slots, in rank order, into ``dst`` (which may be
+    ``src``). Peers touch only the slots, never the caller's tensors, so ``src`` and ``dst`` may lie
+    anywhere on the device.
+
+    ``verified`` (not 0 once a call on these slots has been launched since the collectives were set
+    up: its entry compared every rank's slots' offset, and they never move until ``reset()``): the
+    stores go out before the entry, whose arrival releases them, so the call meets its peers once
+    and has no exit. Parity p's slots are written at epoch e only after the writer completed e - 1,
+    which needed every rank's arrival at e - 1, so no rank still reads them (it read parity p at
+    e - 2 at the latest). With ``verified`` 0 (the first call) the entry comes first, then the
+    stores, then the exit, which releases them, and then the reduction.
+    """
+    ctx = Context.initialize(context_ptr)
+    tr = Tracing.initialize(context_ptr, TRACE)
+    epoch = tl.load(proto.state(sync, FLAGS) + 1) + 1
+    parity = (epoch % 2).to(tl.int64)
+    if (verified != 0) & mops.healthy(context_ptr):  # (a rank in error does not arrive: nothing to push)
+        _push_slots(ctx, tr, src, slots, N, slot, parity, W, BLOCK)
+    tl.debug_barrier()  # every thread's stores are done before the arrival releases them
+    epoch, go = proto.enter(ctx, tr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, FLAGS, SCOPE)
+    if verified != 0:
+        tl.debug_barrier()  # the entry's acquire (by some threads) before every thread's reads
+        if go:
+            _reduce_slots(ctx, dst, slots, N, slot, parity, W, OP, ACC_F32, IS_FLOAT, BLOCK)
+        proto.complete(ctx, sync, epoch, go, FLAGS, SCOPE)
+    else:
+        if go:
+            _push_slots(ctx, tr, src, slots, N, slot, parity, W, BLOCK)
+        ok = proto.finish(ctx, tr, sync, epoch, go, FLAGS, SCOPE)
+        tl.debug_barrier()  # the exit's acquire (by some threads) before every thread's reads
+        if ok:  # after a failure the caller's tensor is left as it was
+            _reduce_slots(ctx, dst, slots, N, slot, parity, W, OP, ACC_F32, IS_FLOAT, BLOCK)

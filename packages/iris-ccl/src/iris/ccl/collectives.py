@@ -30,7 +30,7 @@ from .arguments import (
 from .call import Call, Push, Staging
 from .config import Config
 from .protocol import REDUCE_OPS
-from .workspace import workspace_of
+from .workspace import PUSH_BYTES, workspace_of
 
 _log = get_logger("ccl")
 #: True only while dynamo traces a call (torch.compile, strict torch.export): then each collective is
@@ -101,7 +101,10 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", *, heap=None, config: Conf
     fp16/bf16 accumulate in fp32. Variants: ``one_shot`` (each rank stages its input, then reads
     every peer's copy and reduces all of it), ``two_shot`` (rank r reduces chunk r and writes it into every rank: each
     byte read once and written once), ``rs_ag`` (reduce-scatter into a workspace, then an
-    all-gather by reads: only remote reads), ``auto`` (``AUTO_ALL_REDUCE``: two_shot).
+    all-gather by reads: only remote reads), ``one_shot_push`` (at most ``PUSH_BYTES`` per rank:
+    each rank stores its input into a slot of every rank's workspace and reduces its own slots;
+    one meeting of the ranks instead of an entry and an exit, for small tensors anywhere on the
+    device), ``auto`` (``AUTO_ALL_REDUCE``: two_shot).
     Asynchronous: returns once the work is queued (``Config(blocking=True)`` waits).
     """
     if (started := _start("all_reduce", heap, config, (op,), (tensor,), op=op)) is None:
@@ -113,6 +116,9 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", *, heap=None, config: Conf
         if variant == "auto":
             variant = AUTO_ALL_REDUCE
         data = flat(tensor)
+        if variant == "one_shot_push":
+            _push_all_reduce(call, data, op, layout)
+            return tensor
         in_place = variant != "one_shot" and heap.is_symmetric(tensor)
         buf = data if in_place else call.staging("in", data)
         mid = call.staging("out", data) if variant == "rs_ag" else None
@@ -142,6 +148,32 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", *, heap=None, config: Conf
                 piece_index=0, dst_stride=chunk * per, first_rank=heap.rank, RANKS=w, user=src, user_numel=0,
                 staged=Staging.NONE)  # fmt: skip
         return tensor
+
+
+def _push_all_reduce(call, data: torch.Tensor, op: str, layout: int) -> None:
+    """all_reduce's ``one_shot_push`` variant: ``data`` (any memory of the device) through the
+    workspace's push slots (``push_reduce_kernel``), in place."""
+    nbytes = data.numel() * data.element_size()
+    if nbytes > PUSH_BYTES:
+        raise ValueError(
+            f"all_reduce: variant 'one_shot_push' takes at most {PUSH_BYTES} bytes per rank (the workspace's push "
+            f"slots), got {nbytes}; use 'two_shot' or 'auto' for larger tensors"
+        )
+    workspace = call.workspace
+    slots, slot = workspace.push_slots(data.dtype)
+    verified = workspace.push_verified
+    if not verified:  # the first call compares the slots' offsets first: no plan keeps it
+        call.plan = None
+    call.describe(data.numel(), slots, variant="one_shot_push", op=op, dtype=data.dtype, on_heap=(False,),
+                  layout=layout)  # fmt: skip
+    call.launch(call.kernels.push_reduce_kernel, grid=1, num_warps=call.shape.warps, src=data, dst=data, slots=slots,
+                N=data.numel(), slot=slot, verified=int(verified), BLOCK=_PUSH_BLOCK,
+                **_reduce_flags(op, call.heap.world_size, data.dtype))  # fmt: skip
+    workspace.push_verified = True
+
+
+#: Elements a push_reduce_kernel tile holds (its one program walks the input BLOCK at a time).
+_PUSH_BLOCK = 2048
 
 
 def all_gather(out: torch.Tensor, inp: torch.Tensor, *, heap=None, config: Config | None = None) -> torch.Tensor:

@@ -19,7 +19,7 @@ __all__ = [
 ]
 
 #: ``"auto"`` is the variant measured fastest (``iris.ccl.AUTO_ALL_REDUCE``: two_shot).
-ALL_REDUCE_VARIANTS = ("auto", "one_shot", "two_shot", "rs_ag")
+ALL_REDUCE_VARIANTS = ("auto", "one_shot", "two_shot", "rs_ag", "one_shot_push")
 BACKENDS = ("triton", "gluon")
 #: Triton's limit on the elements of one block (``triton.language.TRITON_MAX_TENSOR_NUMEL``).
 MAX_BLOCK_SIZE = 1 << 20

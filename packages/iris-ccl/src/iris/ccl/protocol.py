@@ -102,7 +102,7 @@ DESC_ARGS = ("CODE", "NUMEL", "OFF_A", "OFF_B", "SHAPE")
 #: of one world compile up to three variants of the same launch (rank 0, rank 1, the others).
 #: And ``staged`` (``call.Staging``): whether a small call copies a tensor off the heap in inside
 #: the kernel is a branch at the kernel's start, not a variant of its own.
-UNSPECIALIZED = DESC_ARGS + ("first_rank", "chunk_index", "piece_index", "src_rank", "staged")
+UNSPECIALIZED = DESC_ARGS + ("first_rank", "chunk_index", "piece_index", "src_rank", "staged", "verified")
 #: The words a description is published as: CODE's low 30 bits and its high bits, NUMEL, OFF_A,
 #: OFF_B, SHAPE, each shifted up by TAG_BITS to carry the epoch's low bits (every payload fits in 55 bits).
 DESC_SLOTS = 6
@@ -172,7 +172,7 @@ def register_variant(name: str, code: int) -> None:
     VARIANTS[name] = code
     describe.cache_clear()
 #: Algorithm variants (all_gather's push and pull are picked by where ``out`` lives).
-VARIANTS = {"": 0, "one_shot": 1, "two_shot": 2, "rs_ag": 3, "push": 4, "pull": 5}
+VARIANTS = {"": 0, "one_shot": 1, "two_shot": 2, "rs_ag": 3, "push": 4, "pull": 5, "one_shot_push": 7}
 #: The reductions' codes, defined once: the kernels' ``OP`` constexpr (both backends import them)
 #: and the op field of a description.
 REDUCE_OPS = {"sum": 0, "max": 1, "min": 2, "avg": 3}

@@ -20,8 +20,8 @@ from iris.mem.gluon import ops as mops
 
 from . import protocol
 
-__all__ = ["begin", "cast_out", "combine", "finish", "give_up", "kernel", "signal", "state", "tile_layout",
-           "wait_flags"]  # fmt: skip
+__all__ = ["begin", "cast_out", "combine", "complete", "enter", "finish", "give_up", "kernel", "signal", "state",
+           "tile_layout", "wait_flags"]  # fmt: skip
 
 #: Bytes one thread moves per vector access (as ``iris.mem.gluon.blocked_layout``).
 _VECTOR_BYTES = 16
@@ -348,13 +348,28 @@ def _leave(ctx, sync, epoch, go, FLAGS: gl.constexpr, SCOPE: gl.constexpr):
 @gluon.jit
 def begin(context_ptr, sync, code, numel, off_a, off_b, shape, FLAGS: gl.constexpr, SCOPE: gl.constexpr, TRACE: gl.constexpr):
     """Every kernel's start: ``(ctx, tr, epoch, go)``, the context, the tracing (``TRACE``) and
-    ``_enter``'s answer, recorded as this program's "entry wait" when tracing."""
+    ``enter``'s answer."""
     ctx = Context.initialize(context_ptr)
     tr = Tracing.initialize(context_ptr, TRACE)
+    epoch, go = enter(ctx, tr, sync, code, numel, off_a, off_b, shape, FLAGS, SCOPE)
+    return ctx, tr, epoch, go
+
+
+@gluon.jit
+def enter(ctx, tr, sync, code, numel, off_a, off_b, shape, FLAGS: gl.constexpr, SCOPE: gl.constexpr):
+    """``begin``'s entry for a kernel that has its context and tracing already (see protocol_triton)."""
     h = tr.record_start(_ENTRY_WAIT, ctx.rank, 0)
     epoch, go = _enter(ctx, sync, code, numel, off_a, off_b, shape, FLAGS, SCOPE)
     tr.record_end(h)
-    return ctx, tr, epoch, go
+    return epoch, go
+
+
+@gluon.jit
+def complete(ctx, sync, epoch, go, FLAGS: gl.constexpr, SCOPE: gl.constexpr):
+    """The end of a one-program launch that needs no exit (see protocol_triton)."""
+    if go == 0:
+        give_up(ctx, sync, epoch, FLAGS, SCOPE)
+    gl.store(state(sync, FLAGS) + 1, epoch)
 
 
 @gluon.jit

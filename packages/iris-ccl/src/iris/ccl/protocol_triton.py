@@ -44,7 +44,8 @@ from iris.mem.triton import ops as mops
 
 from . import protocol
 
-__all__ = ["begin", "cast_out", "combine", "finish", "give_up", "kernel", "signal", "state", "wait_flags"]
+__all__ = ["begin", "cast_out", "combine", "complete", "enter", "finish", "give_up", "kernel", "signal", "state",
+           "wait_flags"]
 
 # The error record's words (detail, value, peer, aux) as this module writes them:
 # - _TIMEOUT (``_await`` at its deadline): the heap offset of the missing rank's flag, the epoch,
@@ -393,13 +394,34 @@ def _leave(ctx, sync, epoch, go, FLAGS: tl.constexpr, SCOPE: tl.constexpr):
 @triton.jit
 def begin(context_ptr, sync, code, numel, off_a, off_b, shape, FLAGS: tl.constexpr, SCOPE: tl.constexpr, TRACE: tl.constexpr):
     """Every kernel's start: ``(ctx, tr, epoch, go)``, the context, the tracing (``TRACE``) and
-    ``_enter``'s answer, recorded as this program's "entry wait" when tracing."""
+    ``enter``'s answer."""
     ctx = Context.initialize(context_ptr)
     tr = Tracing.initialize(context_ptr, TRACE)
+    epoch, go = enter(ctx, tr, sync, code, numel, off_a, off_b, shape, FLAGS, SCOPE)
+    return ctx, tr, epoch, go
+
+
+@triton.jit
+def enter(ctx, tr, sync, code, numel, off_a, off_b, shape, FLAGS: tl.constexpr, SCOPE: tl.constexpr):
+    """``begin``'s entry, for a kernel that has its context and tracing already (one that stores
+    into peers' workspace before its entry): ``(epoch, go)``, recorded as this program's "entry
+    wait" when tracing. The arrival is a release by program 0: after a barrier of the program
+    (``tl.debug_barrier()``, the caller's), every store its threads made before is visible to a
+    peer once that peer's entry saw the arrival."""
     h = tr.record_start(_ENTRY_WAIT, ctx.rank, 0)
     epoch, go = _enter(ctx, sync, code, numel, off_a, off_b, shape, FLAGS, SCOPE)
     tr.record_end(h)
-    return ctx, tr, epoch, go
+    return epoch, go
+
+
+@triton.jit
+def complete(ctx, sync, epoch, go, FLAGS: tl.constexpr, SCOPE: tl.constexpr):
+    """The end of a one-program launch that needs no exit (no peer touches this rank's memory after
+    its entry: the barrier, the pushing one-shot all_reduce): tell the peers if this rank gave up,
+    and record the epoch for the next launch in the stream."""
+    if go == 0:
+        give_up(ctx, sync, epoch, FLAGS, SCOPE)
+    tl.store(state(sync, FLAGS) + 1, epoch)
 
 
 @triton.jit

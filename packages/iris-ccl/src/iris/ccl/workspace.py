@@ -39,6 +39,11 @@ STAGING = "iris.ccl.staging"
 _ROLES = ("in", "out")
 
 
+#: Bytes of a push slot: the most a rank's input to all_reduce's ``one_shot_push`` variant holds.
+#: The slots (reserved at its first call) are two sets (by epoch parity) of one slot per rank.
+PUSH_BYTES = 32 * 1024
+
+
 def _flags(world_size: int) -> int:
     """The flag lanes of a world: the power of two >= the world size (the kernels' lanes)."""
     return 1 << max(0, world_size - 1).bit_length()
@@ -52,7 +57,7 @@ def _reserved(nbytes: int) -> int:
     return -(-max(nbytes, 1) // iris.heap.ALIGNMENT) * iris.heap.ALIGNMENT  # what heap.reserve takes
 
 
-def workspace_bytes(world_size: int, largest_input: int = 0) -> int:
+def workspace_bytes(world_size: int, largest_input: int = 0, *, push_slots: bool = False) -> int:
     """The most heap the collectives reserve on each rank of a ``world_size``-rank heap, beside the
     caller's tensors (``heap.reserve``; size a heap with it, as with ``heap.tracing.buffer_bytes``).
 
@@ -62,7 +67,8 @@ def workspace_bytes(world_size: int, largest_input: int = 0) -> int:
     sequence of calls: a staging buffer grows by doubling and an outgrown one stays reserved (a
     CUDA graph may still copy through it) until ``iris.ccl.reset``, so a role holds less than four
     times its largest input; a program whose first staged call is its largest needs one time. Two
-    roles: every staged input, and all_reduce's ``rs_ag`` variant's reduced chunks.
+    roles: every staged input, and all_reduce's ``rs_ag`` variant's reduced chunks. ``push_slots``:
+    all_reduce's ``one_shot_push`` variant runs too (its slots: 2 x W x ``PUSH_BYTES``).
 
     >>> heap = iris.heap.init(tensor_bytes + iris.ccl.workspace_bytes(world_size, 1 << 20))
     """
@@ -81,6 +87,8 @@ def workspace_bytes(world_size: int, largest_input: int = 0) -> int:
                 break
             size = (size + 1) // 2
         total += len(_ROLES) * role
+    if push_slots:
+        total += _reserved(2 * world_size * PUSH_BYTES)
     return total
 
 
@@ -129,6 +137,10 @@ class Workspace:
         self.history: collections.deque = collections.deque(maxlen=64)  # (last host epoch, launches, collective)
         self.broken: str | None = None  # set when a host failure interrupted a launch
         self._staging: dict[str, torch.Tensor] = {}
+        self._push: torch.Tensor | None = None  # the push slots (push_slots), once reserved
+        #: Whether a call on the push slots has been launched since they were reserved: its entry
+        #: compared every rank's slots' offset, so later calls may store into them before theirs.
+        self.push_verified = False
         self.plans: dict = {}  # call key -> the launches it made (iris.ccl.plans.Plan)
         self.recent: dict = {}  # calls on the same tensor objects as a planned one (iris.ccl.plans.replay_recent)
         self._names: list[str] = []
@@ -241,6 +253,16 @@ class Workspace:
             buf = self._staging[role] = grown
         return buf[:nbytes]
 
+    def push_slots(self, dtype: torch.dtype) -> tuple[torch.Tensor, int]:
+        """``(slots, slot)``: the push slots of all_reduce's ``one_shot_push`` variant viewed as
+        ``dtype`` (2 x W slots of ``slot`` elements, ``PUSH_BYTES`` each), reserved at the first
+        call (a fixed size, the same on every rank) and given back by ``reset()``."""
+        if self._push is None:
+            self._push = self._reserve("push", 2 * self.heap.world_size * PUSH_BYTES)
+            self.push_verified = False
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        return self._push.view(dtype), PUSH_BYTES // itemsize
+
     def staging_buffer(self, role: str) -> torch.Tensor | None:
         """The whole buffer ``staging(role, ...)`` views now (None before the first)."""
         return self._staging.get(role)
@@ -276,6 +298,7 @@ class Workspace:
             self.heap.unreserve(name)
         self._names.clear()
         self._staging.clear()
+        self._push, self.push_verified = None, False
         self.flag_rows.clear()
         self.plans.clear()
         self.recent.clear()

@@ -48,6 +48,7 @@ import torch
 
 import iris.ccl as ccl
 import iris.heap
+from iris.ccl.workspace import PUSH_BYTES
 
 from .harness import environment, tables, timing, trace, validation
 from .harness.options import positive_int
@@ -61,7 +62,8 @@ BACKENDS = ("triton", "gluon")
 
 COLLECTIVES = ["all_reduce:one_shot", "all_reduce:two_shot", "all_reduce:rs_ag", "all_gather", "reduce_scatter",
                "all_to_all", "broadcast"]  # fmt: skip
-LATENCY_VARIANTS = ("one_shot", "two_shot", "rs_ag")
+#: The latency table's variants; ``one_shot_push`` only at sizes its slots hold (``iris.ccl.workspace.PUSH_BYTES``).
+LATENCY_VARIANTS = ("one_shot", "two_shot", "rs_ag", "one_shot_push")
 
 
 def traffic(name: str, n: int, w: int) -> int:
@@ -275,6 +277,8 @@ def _latency_rows(heap, args, tracing, timed, agree) -> list:
     for nbytes in sorted(set(args.latency_sizes)):
         y = heap.randn(nbytes // 4)
         for variant in LATENCY_VARIANTS:
+            if variant == "one_shot_push" and nbytes > PUSH_BYTES:
+                continue
             cfg = ccl.Config(variant=variant, backend=args.backend, trace=tracing.on, num_programs=args.num_programs)
             call = lambda y=y, cfg=cfg: ccl.all_reduce(y, config=cfg)  # noqa: E731
             t = timed(call, max(1, args.latency_iters // args.reps))

@@ -19,7 +19,12 @@ taking turns so that each sees the same machine:
   polling the flags; one program is also the shape of every small call);
 - ``single``: ``equal`` with one call per group, so no rank has a next call queued behind the one
   its peers wait in (if only the queued arms fail, a rank's queued successor holds the others'
-  launches back).
+  launches back);
+- ``barrier``: ``equal`` with a ``ccl.barrier()`` (one program) before each call, so the call's
+  many programs start once every rank has arrived and spin only briefly at its entry (if only
+  this arm never fails, programs waiting at an entry keep a late rank's kernel off the GPU, and a
+  one-program meeting before every multi-program launch would cure it). A failure's place counts
+  launches here: even the barrier, odd the all_reduce after it.
 
 Per arm: groups, calls, failures, each failure's place in its group (0: the call after the
 spin), the ranks that gave up (``CollectiveTimeoutError``) and the first rank each found missing.
@@ -51,7 +56,7 @@ import triton.language as tl
 
 import iris.mem.triton as imt
 
-ARMS = ("equal", "random", "none", "equal-33", "equal-1", "single")
+ARMS = ("equal", "random", "none", "equal-33", "equal-1", "single", "barrier")
 
 
 @imt.interpret()
@@ -96,6 +101,7 @@ def _body(rank, world_size, seconds, reps, nbytes, timeout, variant, stamps=Fals
             torch.cuda._sleep(int(spin * rate))
         first = since_reset + 1
         calls = 1 if arm == "single" else reps
+        launches = 2 * calls if arm == "barrier" else calls  # what "collective #N" counts
         stats[arm]["groups"] += 1
         stats[arm]["calls"] += calls
         if rank == late_rank and stats[arm]["groups"] == 1 and arm == ARMS[0]:  # --late-rank: the failure path
@@ -107,6 +113,8 @@ def _body(rank, world_size, seconds, reps, nbytes, timeout, variant, stamps=Fals
             for i in range(calls):
                 if stamp is not None:
                     stamp[(1,)](clocks, i)
+                if arm == "barrier":
+                    ccl.barrier(config=cfg)
                 ccl.all_reduce(x, config=cfg)
             if stamp is not None:
                 stamp[(1,)](clocks, calls)
@@ -130,8 +138,8 @@ def _body(rank, world_size, seconds, reps, nbytes, timeout, variant, stamps=Fals
             if gpu:
                 torch.cuda.synchronize()
             ccl.reset()
-            since_reset = -calls
-        since_reset += calls
+            since_reset = -launches
+        since_reset += launches
     heap.close()
     return stats, stamped
 

@@ -339,6 +339,6 @@ def reserved_within_workspace_bytes(rank: int, w: int, backend) -> dict:
     ccl.all_reduce(torch.ones(4, device=heap.device), heap=heap, config=cfg(backend, variant="one_shot_push"))
     pushed = heap.stats().reserved_bytes
     heap.close()
-    return {"sync": sync_only, "sync bound": ccl.workspace_bytes(w), "staged": staged,
-            "staged bound": ccl.workspace_bytes(w, largest), "pushed": pushed,
-            "pushed bound": ccl.workspace_bytes(w, largest, push_slots=True)}  # fmt: skip
+    return {"sync": sync_only, "sync bound": ccl.workspace_bytes(w, push_slots=False), "staged": staged,
+            "staged bound": ccl.workspace_bytes(w, largest, push_slots=False), "pushed": pushed,
+            "pushed bound": ccl.workspace_bytes(w, largest)}  # fmt: skip

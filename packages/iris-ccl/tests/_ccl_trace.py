@@ -182,7 +182,7 @@ def logged(rank, world_size, backend):
     heap = iris.heap.init(1 << 22)
     try:
         x = torch.ones(N, device=heap.device)  # not on the heap: staged
-        ccl.all_reduce(x, config=ccl.Config(backend=backend, block_size=BLOCK))
+        ccl.all_reduce(x, config=ccl.Config(backend=backend, block_size=BLOCK, variant="two_shot"))  # stages
         ccl.reset()
         messages = [r.getMessage() for r in records]
         assert any("staging 'in' grown" in m for m in messages), messages

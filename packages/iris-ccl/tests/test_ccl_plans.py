@@ -85,7 +85,7 @@ def test_a_dropped_heap_is_collected_with_its_workspace(backend):
         gc.collect()
         before = None if torch.cuda.is_available() else P.heap_mappings()
         heap = iris.heap.init(1 << 20)
-        c = ccl.Config(block_size=64, num_programs=1, backend=backend)
+        c = ccl.Config(block_size=64, num_programs=1, backend=backend, variant="two_shot")  # (auto would not stage)
         x = heap.ones(64)
         for _ in range(4):  # a plan, then the same-object shortcut
             ccl.all_reduce(x, config=c)
@@ -127,5 +127,5 @@ def test_workspace_bytes_refuses_what_is_not_a_size():
         ccl.workspace_bytes(0)
     with pytest.raises(ValueError, match="largest_input must be a non-negative int"):
         ccl.workspace_bytes(2, -1)
-    staging, mib = ccl.workspace_bytes(4, 1 << 20) - ccl.workspace_bytes(4), 1 << 20
+    staging, mib = ccl.workspace_bytes(4, 1 << 20) - ccl.workspace_bytes(4), 1 << 20  # (push slots in both)
     assert 2 * 2 * mib < staging < 2 * 4 * mib + 2 * 22 * 256  # two roles, each between 2x and 4x, rounded

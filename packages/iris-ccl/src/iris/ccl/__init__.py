@@ -21,6 +21,7 @@ _heap.context.check_version("iris-ccl", __version__, CONTEXT_ABI_VERSION)
 
 from .collectives import (  # noqa: E402
     AUTO_ALL_REDUCE,
+    AUTO_PUSH_BYTES,
     all_gather,
     all_reduce,
     all_to_all,
@@ -48,6 +49,7 @@ __all__ = [
     "CollectiveTimeoutError",
     "Config",
     "AUTO_ALL_REDUCE",
+    "AUTO_PUSH_BYTES",
     "all_gather",
     "all_reduce",
     "all_to_all",

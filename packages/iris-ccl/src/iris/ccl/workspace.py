@@ -57,7 +57,7 @@ def _reserved(nbytes: int) -> int:
     return -(-max(nbytes, 1) // iris.heap.ALIGNMENT) * iris.heap.ALIGNMENT  # what heap.reserve takes
 
 
-def workspace_bytes(world_size: int, largest_input: int = 0, *, push_slots: bool = False) -> int:
+def workspace_bytes(world_size: int, largest_input: int = 0, *, push_slots: bool = True) -> int:
     """The most heap the collectives reserve on each rank of a ``world_size``-rank heap, beside the
     caller's tensors (``heap.reserve``; size a heap with it, as with ``heap.tracing.buffer_bytes``).
 
@@ -68,7 +68,9 @@ def workspace_bytes(world_size: int, largest_input: int = 0, *, push_slots: bool
     CUDA graph may still copy through it) until ``iris.ccl.reset``, so a role holds less than four
     times its largest input; a program whose first staged call is its largest needs one time. Two
     roles: every staged input, and all_reduce's ``rs_ag`` variant's reduced chunks. ``push_slots``:
-    all_reduce's ``one_shot_push`` variant runs too (its slots: 2 x W x ``PUSH_BYTES``).
+    all_reduce's ``one_shot_push`` variant runs (its slots: 2 x W x ``PUSH_BYTES``, reserved at its
+    first call; ``"auto"`` runs it for inputs of up to ``AUTO_PUSH_BYTES``, so leave it True
+    unless every all_reduce is larger or names another variant).
 
     >>> heap = iris.heap.init(tensor_bytes + iris.ccl.workspace_bytes(world_size, 1 << 20))
     """

@@ -109,9 +109,7 @@ def barrier_kernel(
 ):
     """One program: every rank arrives (and agrees that this is a barrier); no exit needed."""
     ctx, tr, epoch, go = proto.begin(context_ptr, sync, CODE, NUMEL, OFF_A, OFF_B, SHAPE, FLAGS, SCOPE, TRACE)
-    if go == 0:
-        proto.give_up(ctx, sync, epoch, FLAGS, SCOPE)
-    gl.store(proto.state(sync, FLAGS) + 1, epoch)
+    proto.complete(ctx, sync, epoch, go, FLAGS, SCOPE)
 
 
 @proto.kernel

@@ -262,8 +262,7 @@ class Workspace:
         if self._push is None:
             self._push = self._reserve("push", 2 * self.heap.world_size * PUSH_BYTES)
             self.push_verified = False
-        itemsize = torch.empty((), dtype=dtype).element_size()
-        return self._push.view(dtype), PUSH_BYTES // itemsize
+        return self._push.view(dtype), PUSH_BYTES // dtype.itemsize
 
     def staging_buffer(self, role: str) -> torch.Tensor | None:
         """The whole buffer ``staging(role, ...)`` views now (None before the first)."""

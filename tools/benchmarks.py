@@ -42,6 +42,9 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = [sys.executable, "-m", "iris.examples"]
 #: The GEMM core's sizes (MxNxK): issue targets name 8192^3, 4096^3 and 8192x8192x1024.
 CORE_SIZES = ("8192x8192x8192", "4096x4096x4096", "8192x8192x1024")
+#: all_reduce's auto table: every variant at sizes from one that one_shot_push holds to one at the roofline.
+AUTO_VARIANTS = tuple(f"all_reduce:{v}" for v in ("one_shot", "two_shot", "rs_ag", "one_shot_push"))
+AUTO_SIZES = ("1K", "4K", "16K", "32K", "64K", "256K", "1M", "4M", "16M", "64M")
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,16 @@ STEPS = [
          (*EXAMPLES, "ccl-bench", "--ranks", "2", "--collectives", "all_reduce:two_shot", "--sizes", "1M",
           "--csv", "{csv}"),
          "The latency rows at 2 ranks (target: 1 KiB from CUDA-graph replay <= 4 us)."),
+    Step("ccl_auto", "iris.ccl: all_reduce's variants per size, 4 ranks (the auto table)",
+         (*EXAMPLES, "ccl-bench", "--ranks", "4", "--collectives", *AUTO_VARIANTS, "--sizes", *AUTO_SIZES,
+          "--latency-sizes", "--csv", "{csv}"),
+         "Every all_reduce variant queued at each size; the fastest against the variant `auto` picks "
+         "(`iris.ccl.tuning.ALL_REDUCE_AUTO` for this device kind and world size; target: auto picks the "
+         "fastest, `pick_vs_fastest` <= 1.03). The run prints the rows the table should hold."),
+    Step("ccl_auto2", "iris.ccl: all_reduce's variants per size, 2 ranks (the auto table)",
+         (*EXAMPLES, "ccl-bench", "--ranks", "2", "--collectives", *AUTO_VARIANTS, "--sizes", *AUTO_SIZES,
+          "--latency-sizes", "--csv", "{csv}"),
+         "As above at 2 ranks."),
     Step("trace", "iris.heap.tracing: a traced ccl-bench step, exported",
          (*EXAMPLES, "ccl-bench", "--ranks", "4", "--collectives", "all_reduce:two_shot", "all_gather", "--sizes",
           "64M", "--latency-sizes", "--iters", "2", "--trace", "{trace}", "--trace-events", str(1 << 20),
@@ -369,6 +382,26 @@ def _latency_targets(rows: list[dict], backend: str, ranks: int) -> list[tuple[s
     return out
 
 
+def _auto_targets(rows: list[dict], ranks: int) -> list[tuple[str, str, str, str]]:
+    """all_reduce ``"auto"``: per size, the time of the variant it picks (``auto_pick``) over the
+    fastest variant's (<= 1.03: auto picks the fastest, up to noise)."""
+    times: dict[int, dict[str, float]] = {}
+    picks: dict[int, str] = {}
+    for r in rows:
+        variant = r["collective"].partition(":")[2]
+        if r.get("latency") in ("True", "true", "1") or variant in ("", "auto") or not _num(r, "time_us"):
+            continue
+        size = _int(r, "bytes_per_rank")
+        times.setdefault(size, {})[variant] = _num(r, "time_us")
+        picks[size] = r.get("auto_pick") or picks.get(size, "")
+    ratios = {f"{size >> 10} KiB ({picks[size]})": t[picks[size]] / min(t.values())
+              for size, t in sorted(times.items()) if len(t) > 1 and picks.get(size) in t}  # fmt: skip
+    if not ratios:
+        return []
+    return [_worst(f"ccl: all_reduce auto's pick / the fastest variant, per size ({ranks} ranks)", "<= 1.03",
+                   ratios, ".2f", low_is_bad=False)]  # fmt: skip
+
+
 def _core_targets(rows: list[dict], backend: str, bounds: dict[str, float]) -> list[tuple[str, str, str, str]]:
     """The GEMM core (``local_gemm_ms``) against torch.matmul (``matmul_ms``) on the same operands."""
     ratios = {r["size"]: _num(r, "matmul_ms") / _num(r, "local_gemm_ms") for r in rows
@@ -461,6 +494,8 @@ def targets(results: Path) -> list[tuple[str, str, str, str]]:
         out.append(_worst("mem.gluon: Gluon put/get/copy / Triton backend at >= 64 MiB", ">= 0.97", values, ".3f"))
     out += _ccl_targets(_rows(results, "ccl"), "triton", 4)
     out += _latency_targets(_rows(results, "ccl_latency2"), "triton", 2)
+    out += _auto_targets(_rows(results, "ccl_auto"), 4)
+    out += _auto_targets(_rows(results, "ccl_auto2"), 2)
     traced = [r for r in _rows(results, "trace") if _num(r, "trace_export_s")]
     if traced:
         r = traced[0]

@@ -743,3 +743,28 @@ def no_host_sync(rank, world_size, backend):
     _check(x, torch.full((1000,), total), "all_reduce behind the spin")
     _check(y, torch.full((300,), total), "staged all_reduce behind the spin")
     _check(out, torch.cat([torch.full((1000,), total)] * w), "all_gather behind the spin")
+
+
+def auto_resolves_like_its_table(rank, world_size, backend):
+    """``variant="auto"`` on some ranks and the variant ``iris.ccl.tuning`` names on the others pair
+    up (a collective's description names the variant it runs), both below and above the table's
+    first bound; the results match torch. Returns the variants auto ran."""
+    from iris.ccl import tuning
+
+    heap = iris.heap.init(1 << 22)
+    try:
+        ran = []
+        for nbytes in (1024, 4 * tuning.AUTO_PUSH_BYTES):
+            picked = tuning.all_reduce_auto(nbytes, world_size, heap.device)
+            variant = "auto" if rank % 2 == 0 else picked
+            x = heap.empty(nbytes // 4)
+            x.copy_(make(rank, (nbytes // 4,), torch.float32, seed=nbytes))
+            want = reference_reduce([make(r, (nbytes // 4,), torch.float32, seed=nbytes) for r in range(world_size)],
+                                    "sum")  # fmt: skip
+            ccl.all_reduce(x, config=ccl.Config(variant=variant, backend=backend, block_size=BLOCK, blocking=True))
+            assert torch.equal(x.cpu(), want), f"rank {rank}: {nbytes} B, auto against {picked}"
+            heap.free(x)
+            ran.append(picked)
+        return ran
+    finally:
+        heap.close()

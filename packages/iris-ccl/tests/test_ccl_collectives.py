@@ -88,3 +88,11 @@ def test_collectives_replayed_from_a_cuda_graph_match_torch(world, backend, worl
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_no_collective_synchronizes_the_host_with_the_device(world, backend, world_size):
     world.run(_ccl_cases.no_host_sync, world_size, backend)
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_auto_runs_the_variant_its_table_names(world, backend, world_size):
+    assert (
+        world.run(_ccl_cases.auto_resolves_like_its_table, world_size, backend)
+        == [["one_shot_push", "two_shot"]] * world_size
+    )

@@ -54,6 +54,14 @@ def test_every_target_is_computed_from_its_step_and_names_its_worst_case(benchma
         _latency("one_shot", 7.5, 1.2), _latency("two_shot", 6.6, 1.4),
     ])  # fmt: skip
     _write(tmp_path, "ccl_latency2", [_latency("two_shot", 4.9, 1.25)])
+    auto = lambda v, size, us, pick: {"collective": f"all_reduce:{v}", "bytes_per_rank": size, "time_us": us,  # noqa: E731
+                                      "auto_pick": pick}  # fmt: skip
+    _write(tmp_path, "ccl_auto", [
+        auto("one_shot_push", 1024, 5.0, "one_shot_push"), auto("two_shot", 1024, 7.0, "one_shot_push"),
+        auto("one_shot", 65536, 9.0, "two_shot"), auto("two_shot", 65536, 10.8, "two_shot"),
+        auto("two_shot", 1 << 24, 100.0, "two_shot"),  # one variant: nothing to compare
+        dict(auto("one_shot", 1024, 1.0, "one_shot_push"), latency="True"),  # not the sweep's
+    ])  # fmt: skip
     _write(tmp_path, "trace", [{"collective": "all_gather", "trace_export_s": 6.0, "trace_events": 4194304,
                                 "trace_dropped": 17}])  # fmt: skip
     _write(tmp_path, "core_gluon", [
@@ -90,6 +98,7 @@ def test_every_target_is_computed_from_its_step_and_names_its_worst_case(benchma
         ops: Gluon fused time / Triton | <= 1.0 | 1.10 (matmul_reduce_scatter 1024x4096x16384)
         tp-mlp | > 1.0x | 0.90 (4096x8192x28672)
         trace: export | < 10 s for 4 M events | 6.0 s for 4194304 events
+        ccl: all_reduce auto's pick / the fastest variant, per size (4 ranks) | <= 1.03 | 1.20 (64 KiB (two_shot))
     """  # the heap's init row counts 4 ranks only
     expected = dict(
         (name, (target, measured))

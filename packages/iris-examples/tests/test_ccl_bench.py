@@ -8,6 +8,7 @@ bandwidth of the devices the ranks run on, not one rank's share of it while the 
 import pytest
 import torch
 
+from iris.examples import ccl_bench
 from iris.examples.ccl_bench import copy_bytes, traffic
 from iris.testing.world import run
 
@@ -53,3 +54,26 @@ def test_copy_roofline_counts_a_shared_device_once(w):
     env = {} if torch.cuda.is_available() else {"IRIS_DEVICE": "cpu"}
     found = run(_roofline, w, env=env)
     assert len(set(found)) == 1 and found[0] > 0
+
+
+def _ar(variant, size, us, pick="two_shot"):
+    return {"collective": f"all_reduce:{variant}", "bytes_per_rank": size, "time_us": us, "auto_pick": pick}
+
+
+def test_the_auto_table_keeps_the_fastest_variant_per_size_and_proposes_its_rows():
+    rows = [
+        _ar("one_shot_push", 1024, 5.0, "one_shot_push"), _ar("two_shot", 1024, 7.0, "one_shot_push"),
+        _ar("one_shot_push", 16384, 7.1, "one_shot_push"), _ar("two_shot", 16384, 7.0, "one_shot_push"),  # within 3%
+        _ar("one_shot", 65536, 9.0), _ar("two_shot", 65536, 11.0),  # one_shot faster: a row of its own
+        _ar("one_shot", 1 << 20, 30.0), _ar("two_shot", 1 << 20, 20.0), _ar("rs_ag", 1 << 20, 25.0),
+        _ar("two_shot", 1 << 24, 100.0),  # one variant only: no comparison at this size
+        _ar("auto", 1 << 20, 1.0), {"collective": "all_gather", "bytes_per_rank": 1024, "time_us": 1.0},
+        dict(_ar("one_shot", 1 << 20, 1.0), latency=True),  # the latency table's rows are not the sweep's
+    ]  # fmt: skip
+    table, proposed = ccl_bench.auto_table(rows)
+    assert [(r["bytes_per_rank"], r["fastest"], r["auto_pick"]) for r in table] == [
+        (1024, "one_shot_push", "one_shot_push"), (16384, "one_shot_push", "one_shot_push"),
+        (65536, "one_shot", "two_shot"), (1 << 20, "two_shot", "two_shot")]  # fmt: skip
+    assert table[2]["pick_vs_fastest"] == pytest.approx(11.0 / 9.0)
+    assert proposed == ((16384, "one_shot_push"), (65536, "one_shot"), (None, "two_shot"))
+    assert ccl_bench.auto_table([_ar("two_shot", 1024, 5.0)]) == ([], ())

@@ -20,8 +20,6 @@ CONTEXT_ABI_VERSION = 2
 _heap.context.check_version("iris-ccl", __version__, CONTEXT_ABI_VERSION)
 
 from .collectives import (  # noqa: E402
-    AUTO_ALL_REDUCE,
-    AUTO_PUSH_BYTES,
     all_gather,
     all_reduce,
     all_to_all,
@@ -31,6 +29,7 @@ from .collectives import (  # noqa: E402
     reset,
 )
 from .config import ALL_REDUCE_VARIANTS, BACKENDS, Config  # noqa: E402
+from .tuning import AUTO_ALL_REDUCE, AUTO_PUSH_BYTES  # noqa: E402
 from .workspace import workspace_bytes  # noqa: E402
 from .errors import (  # noqa: E402
     CollectiveAbandonedError,

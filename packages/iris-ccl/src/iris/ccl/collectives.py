@@ -30,6 +30,7 @@ from .arguments import (
 from .call import Call, Push, Staging
 from .config import Config
 from .protocol import REDUCE_OPS
+from .tuning import all_reduce_auto
 from .workspace import PUSH_BYTES, workspace_of
 
 _log = get_logger("ccl")
@@ -39,25 +40,6 @@ _log = get_logger("ccl")
 _compiling = torch.compiler.is_dynamo_compiling
 
 __all__ = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "barrier", "reset"]
-
-#: all_reduce "auto" above ``AUTO_PUSH_BYTES`` per rank: two_shot, the fastest of one_shot, two_shot
-#: and rs_ag at every size (1 KiB to 1 GiB per rank) and world size (2, 4) of the H200 sweeps
-#: (BENCHMARKS.md, section "iris.ccl (Triton backend): collectives against the copy roofline").
-AUTO_ALL_REDUCE = "two_shot"
-#: all_reduce "auto" up to this many bytes per rank: one_shot_push (one meeting of the ranks, no
-#: exit). On an H100 (4 and 2 ranks under MPS, ccl-bench's latency table, 200 calls), device us per
-#: call replayed from a CUDA graph, one_shot_push against two_shot: 1 KiB 5.27 / 7.06 (4 ranks) and
-#: 4.49 / 5.34 (2 ranks), 16 KiB 6.95 / 7.17 and 5.29 / 5.43; queued eager calls 9.8 / 11.4, 5.9 /
-#: 6.8, 11.3 / 11.7, 6.8 / 6.8 (the iris-ccl CHANGELOG, 0.2.0). Sizes between this and
-#: ``PUSH_BYTES`` were not measured. Ranks whose sizes differ across this bound pick different
-#: variants, so their mismatch names the variant.
-AUTO_PUSH_BYTES = 16 * 1024
-
-
-def auto_variant(nbytes: int) -> str:
-    """all_reduce's ``"auto"`` for an input of ``nbytes`` per rank."""
-    return "one_shot_push" if nbytes <= AUTO_PUSH_BYTES else AUTO_ALL_REDUCE
-
 
 def _reduce_flags(op: str, world_size: int, dtype: torch.dtype) -> dict:
     """The reduction kernel's constexprs: the op's code, the world size it unrolls over, the accumulator."""
@@ -117,8 +99,8 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", *, heap=None, config: Conf
     all-gather by reads: only remote reads), ``one_shot_push`` (at most ``PUSH_BYTES`` per rank:
     each rank stores its input into a slot of every rank's workspace and reduces its own slots;
     one meeting of the ranks instead of an entry and an exit, for small tensors anywhere on the
-    device), ``auto`` (``auto_variant``: one_shot_push up to ``AUTO_PUSH_BYTES`` per rank, two_shot
-    above).
+    device), ``auto`` (the variant measured fastest on this device kind at this world size and size:
+    ``iris.ccl.tuning``).
     Asynchronous: returns once the work is queued (``Config(blocking=True)`` waits).
     """
     if (started := _start("all_reduce", heap, config, (op,), (tensor,), op=op)) is None:
@@ -128,7 +110,7 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", *, heap=None, config: Conf
         variant = call.config.variant
         n, w = tensor.numel(), heap.world_size
         if variant == "auto":
-            variant = auto_variant(n * tensor.element_size())
+            variant = all_reduce_auto(n * tensor.element_size(), w, tensor.device)
         data = flat(tensor)
         if variant == "one_shot_push":
             _push_all_reduce(call, data, op, layout)

@@ -18,8 +18,8 @@ __all__ = [
     "check_range",
 ]
 
-#: ``"auto"`` is the variant measured fastest for the size (``iris.ccl.collectives.auto_variant``:
-#: one_shot_push up to ``AUTO_PUSH_BYTES`` per rank, ``AUTO_ALL_REDUCE`` (two_shot) above).
+#: ``"auto"`` is the variant measured fastest on the device kind at the world size and size
+#: (``iris.ccl.tuning.ALL_REDUCE_AUTO``).
 ALL_REDUCE_VARIANTS = ("auto", "one_shot", "two_shot", "rs_ag", "one_shot_push")
 BACKENDS = ("triton", "gluon")
 #: Triton's limit on the elements of one block (``triton.language.TRITON_MAX_TENSOR_NUMEL``).

@@ -69,8 +69,8 @@ def workspace_bytes(world_size: int, largest_input: int = 0, *, push_slots: bool
     times its largest input; a program whose first staged call is its largest needs one time. Two
     roles: every staged input, and all_reduce's ``rs_ag`` variant's reduced chunks. ``push_slots``:
     all_reduce's ``one_shot_push`` variant runs (its slots: 2 x W x ``PUSH_BYTES``, reserved at its
-    first call; ``"auto"`` runs it for inputs of up to ``AUTO_PUSH_BYTES``, so leave it True
-    unless every all_reduce is larger or names another variant).
+    first call; ``"auto"`` runs it for small inputs (``iris.ccl.tuning``), so leave it True
+    unless every all_reduce is larger than ``PUSH_BYTES`` or names another variant).
 
     >>> heap = iris.heap.init(tensor_bytes + iris.ccl.workspace_bytes(world_size, 1 << 20))
     """

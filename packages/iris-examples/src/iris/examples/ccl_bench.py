@@ -34,7 +34,13 @@ Effective traffic summed over W ranks, n = bytes of the per-rank input:
   all_gather      W*n read (each input once) + W*W*n written (every rank's output)
   reduce_scatter  W*n read + W*(n/W) written;  all_to_all W*n + W*n
   all_reduce      W*n read + W*n written;      broadcast n read (the root's) + (W-1)*n written
-An algorithm that moves more scores lower by that factor. Inputs and outputs live on the heap:
+An algorithm that moves more scores lower by that factor.
+
+all_reduce's ``"auto"``: where several all_reduce variants run at a size (``--collectives
+all_reduce:one_shot all_reduce:two_shot ...``; ``one_shot_push`` only up to ``PUSH_BYTES``), a table
+puts the fastest next to the variant ``iris.ccl.tuning`` picks on this device kind at this world
+size (``auto_table``), and the run prints the rows that ``iris.ccl.tuning.ALL_REDUCE_AUTO`` should
+hold for them. Inputs and outputs live on the heap:
 all_gather then pushes (each input read once and stored into every rank's output, the least
 traffic); into an output off the heap it pulls (every rank reads every input: 2*W*n per rank).
 """
@@ -48,14 +54,15 @@ import torch
 
 import iris.ccl as ccl
 import iris.heap
+from iris.ccl import tuning
 from iris.ccl.workspace import PUSH_BYTES
 
 from .harness import environment, tables, timing, trace, validation
 from .harness.options import positive_int
 from .harness.units import format_bytes, size_type
 
-__all__ = ["COLLECTIVES", "SUMMARY", "add_arguments", "check_arguments", "copy_bytes", "expected", "rank_main", "report",
-           "traffic"]  # fmt: skip
+__all__ = ["COLLECTIVES", "SUMMARY", "add_arguments", "auto_table", "check_arguments", "copy_bytes", "expected",
+           "rank_main", "report", "traffic"]  # fmt: skip
 
 SUMMARY = "iris.ccl collectives against the torch copy roofline (and NCCL where every rank has a GPU)"
 BACKENDS = ("triton", "gluon")
@@ -179,6 +186,46 @@ def check_arguments(args: argparse.Namespace) -> None:
         )
 
 
+#: A variant replaces the previous size's fastest only where it is faster by more than this share
+#: (so that noise of a few percent does not split a table into alternating rows).
+AUTO_MARGIN = 0.03
+
+
+def auto_table(rows: list, margin: float = AUTO_MARGIN) -> tuple[list, tuple]:
+    """all_reduce's variants measured at each size against ``"auto"``'s pick: per size, the fastest
+    variant (the previous size's unless another is faster by more than ``margin``), its time, the
+    pick ``iris.ccl.tuning`` made (``auto_pick``) and its time over the fastest's; and the rows that
+    ``iris.ccl.tuning.ALL_REDUCE_AUTO`` should hold for this device kind and world size: ``(largest
+    size, variant)`` per run of sizes with one fastest variant, the last bound None. Only sizes
+    where at least two variants (other than ``auto``) were timed count."""
+    times: dict[int, dict[str, float]] = {}
+    picks: dict[int, str] = {}
+    for r in rows:
+        coll, _, variant = r["collective"].partition(":")
+        if coll != "all_reduce" or r.get("latency") or variant in ("", "auto"):
+            continue
+        times.setdefault(r["bytes_per_rank"], {})[variant] = r["time_us"]
+        if r.get("auto_pick"):
+            picks[r["bytes_per_rank"]] = r["auto_pick"]
+    table, runs, best = [], [], None
+    for size in sorted(s for s, t in times.items() if len(t) > 1):
+        t = times[size]
+        fastest = min(t, key=t.get)
+        if best in t and t[best] <= t[fastest] * (1 + margin):
+            fastest = best  # within the margin of the fastest: the previous size's stays
+        best = fastest
+        pick = picks.get(size)
+        table.append({"bytes_per_rank": size, "fastest": fastest, "fastest_us": t[fastest], "auto_pick": pick or "",
+                      "pick_us": t.get(pick, float("nan")), "pick_vs_fastest": t.get(pick, float("nan")) / t[fastest],
+                      "variants": len(t)})  # fmt: skip
+        if runs and runs[-1][1] == fastest:
+            runs[-1][0] = size
+        else:
+            runs.append([size, fastest])
+    proposed = tuple((bound, v) for bound, v in runs[:-1]) + ((None, runs[-1][1]),) if runs else ()
+    return table, proposed
+
+
 def _calls(x, out, part, n, cfg, nccl=None):
     """Per collective, a call of it on this rank's buffers: iris.ccl's with ``cfg``, or with
     ``nccl`` (a process group) torch.distributed's on the same arguments."""
@@ -235,6 +282,8 @@ def _collective_row(name, x, out, part, nbytes, heap, args, tracing, timed, copy
     row = {"collective": name, "ranks": w, "backend": args.backend, "bytes_per_rank": nbytes,
            "time_us": t * 1e6, "traffic_GBps": moved / t / 1e9, "copy_GBps": copy_bw / 1e9,
            "ratio_vs_copy": moved / t / copy_bw, "check": "ok" if found is None else "MISMATCH"}  # fmt: skip
+    if coll == "all_reduce":  # what "auto" runs at this size here (iris.ccl.tuning's table)
+        row["auto_pick"] = tuning.all_reduce_auto(nbytes, w, dev)
     if nccl is not None:
         tn = timed(_calls(x, out, part, n, None, nccl)[coll], args.iters)
         row["nccl_us"] = tn * 1e6
@@ -254,7 +303,10 @@ def _bandwidth_rows(heap, args, tracing, timed, nccl) -> tuple[list, list]:
             out = heap.empty(args.ranks * n)  # on the heap, as a user keeps it for speed: all_gather pushes
             part = torch.empty(n // args.ranks, device=heap.device)
             for name in args.collectives:
-                coll = name.partition(":")[0]
+                coll, _, variant = name.partition(":")
+                if variant == "one_shot_push" and nbytes > PUSH_BYTES:
+                    bar.advance()
+                    continue  # its slots hold at most PUSH_BYTES per rank
                 moved = traffic(coll, nbytes, args.ranks)
                 if moved not in rooflines:
                     size = copy_bytes(coll, nbytes, args.ranks, heap.ranks_per_device)
@@ -321,10 +373,35 @@ def rank_main(args: argparse.Namespace) -> dict:
         heap.barrier()
         exported = {"trace_export_s": tracing.export_seconds, "trace_events": tracing.events,
                     "trace_dropped": tracing.dropped} if tracing.export_seconds is not None else {}  # fmt: skip
+        capability = tuple(torch.cuda.get_device_capability(dev)) if dev.type == "cuda" else None
         return {"rank": heap.rank, "rows": rows, "mismatches": mismatches, "gpu": dev.type == "cuda",
-                "nccl": nccl is not None, "exported": exported}  # fmt: skip
+                "nccl": nccl is not None, "exported": exported, "capability": capability}  # fmt: skip
     finally:
         heap.close()
+
+
+def _report_auto(main: list, args: argparse.Namespace, capability) -> None:
+    """The auto table (``auto_table``) where all_reduce variants were timed side by side, and the
+    rows it proposes for ``iris.ccl.tuning.ALL_REDUCE_AUTO``."""
+    table, proposed = auto_table(main)
+    if not table:
+        return
+    tables.print_table(
+        f"all_reduce: the fastest variant per size against auto's pick, {args.ranks} ranks",
+        table,
+        [("bytes_per_rank", "bytes/rank", format_bytes), ("fastest", "fastest", ""), ("fastest_us", "us", ".1f"),
+         ("auto_pick", "auto picks", ""), ("pick_us", "us", ".1f"), ("pick_vs_fastest", "pick / fastest", ".2f")],
+        caption=f"queued device time per call; a variant displaces the previous size's fastest only when faster by "
+        f"more than {AUTO_MARGIN:.0%}",
+    )  # fmt: skip
+    where = (f"for iris.ccl.tuning.ALL_REDUCE_AUTO[{tuple(capability)}][{args.ranks}]" if capability
+             else f"at {args.ranks} ranks without a CUDA device (iris.ccl.tuning keeps no table for these: FALLBACK)")  # fmt: skip
+    try:
+        tuning.check_rows(proposed)
+    except ValueError as e:  # e.g. only sizes that one_shot_push holds were timed: no row for larger ones
+        print(f"the measured rows {proposed!r} are not a table for iris.ccl.tuning: {e}")
+        return
+    print(f"measured rows {where}: {proposed!r}")
 
 
 def report(results: list, args: argparse.Namespace) -> int:
@@ -359,6 +436,7 @@ def report(results: list, args: argparse.Namespace) -> int:
             "for the device), against a bare torch launch (add_ on a 1-element tensor) in the same "
             "process; graph us: device time per call replayed from a CUDA graph",
         )
+    _report_auto(main, args, results[0]["capability"])
     bad = validation.print_mismatches(m for r in results for m in r["mismatches"])
     exported = results[0]["exported"]  # --trace: rank 0 wrote the file
     if exported:

@@ -20,7 +20,7 @@ import torch.distributed as dist
 import iris.ccl as ccl
 import iris.heap
 import iris.ops as ops
-from iris.testing.guarded import Guarded
+from iris.testing.guarded import Guarded, as_bytes
 
 HEAP_SIZE = 1 << 23
 QUIET = 30.0  # wait_timeout while nothing is meant to fail: a hang still ends, a slow rank does not
@@ -289,9 +289,13 @@ def mismatch(rank, world_size, backend, field: str):
     odd = rank == world_size - 1
     k = 10 if odd and field == "inner dim and columns" else 8
     dtype = torch.float16 if odd and field == "dtype" else torch.float32
-    variant = "unfused" if odd and field == "fused and unfused" else "fused"
-    cfg = config(backend, block_m=16 if odd and field == "tiling" else 32, blocking=True, variant=variant)
-    named = "collective" if field == "fused and unfused" else field  # the collective the odd rank calls differs
+    variant = {"fused and unfused": "unfused", "fused and chunked": "chunked"}.get(field, "fused") if odd else "fused"
+    chunks = None
+    if field == "chunks":  # every rank chunked, the last in 3 chunks, the others in 2: the first chunks' sizes differ
+        variant, chunks = "chunked", 3 if odd else 2
+    cfg = config(backend, block_m=16 if odd and field == "tiling" else 32, blocking=True, variant=variant, chunks=chunks)
+    # the collective the odd rank calls differs; chunks of other sizes describe other element counts
+    named = {"fused and unfused": "collective", "fused and chunked": "collective", "chunks": "element count"}.get(field, field)
     try:
         mem, a, b, out = _guarded_inputs(heap, dtype, rank, k)
         if odd and field == "collective":
@@ -330,9 +334,9 @@ def _recovers(heap, mem, rank, world_size, backend) -> bool:
     return True
 
 
-def missing_rank(rank, world_size, backend, timeout: float):
-    """The last rank never calls: the others time out within the bound, naming it, and touch
-    nothing; after ``reset()`` on every rank the next call is correct."""
+def missing_rank(rank, world_size, backend, timeout: float, variant: str = "fused"):
+    """The last rank never calls (the others run ``variant``): they time out within the bound,
+    naming it, and touch nothing; after ``reset()`` on every rank the next call is correct."""
     heap = iris.heap.init(HEAP_SIZE)
     odd = rank == world_size - 1
     try:
@@ -341,7 +345,8 @@ def missing_rank(rank, world_size, backend, timeout: float):
         heap.wait_timeout = timeout
         start = time.monotonic()
         if not odd:
-            e = raised(lambda: ops.matmul_reduce_scatter(a, b, out=out, config=config(backend, blocking=True)))
+            cfg = config(backend, blocking=True, variant=variant)
+            e = raised(lambda: ops.matmul_reduce_scatter(a, b, out=out, config=cfg))
             took = time.monotonic() - start
             assert isinstance(e, ccl.CollectiveTimeoutError), f"rank {rank}: want a timeout, got {e!r}"
             assert e.missing_rank == world_size - 1 and took < 10 * timeout + 5, (e, took)
@@ -472,3 +477,53 @@ def cuda_graph(rank, world_size, backend):
         return True
     finally:
         heap.close()
+
+
+def chunked_variant(rank, world_size, backend, dtype):
+    """The reductions' chunked variant against torch: uneven chunks (rows that do not split evenly,
+    more chunks than rows), row- and column-major ``a``, ``out`` on the heap (in place), off it and
+    strided, every op once; guarded memory around every tensor, so a chunk written at the wrong
+    offset shows; ``matmul_all_reduce`` bitwise the same on every rank; the gathers refuse the
+    variant before anything runs."""
+    with _quiet_heap() as heap:
+        w, dev = world_size, heap.device
+        k, n = 24, 20
+        for seed, transposed, chunks, rows, op in ((11, False, 3, 7, "sum"), (12, True, 4, 2, "avg"),
+                                                    (13, False, 2, 5, "max"), (14, True, None, 6, "sum")):  # fmt: skip
+            cfg = config(backend, variant="chunked", chunks=chunks)
+            mem = Guarded(heap)
+            a = [sample((rows * w, k), dtype, seed, r, transposed) for r in range(w)]
+            b = [sample((k, n), dtype, seed + 100, r) for r in range(w)]
+            mine_a = mem.tensor(a[rank], seed % 2 == 0, "a")
+            mine_b = mem.tensor(b[rank], False, "b")
+            if transposed:  # the same values, column-major (a guarded copy of the bytes is row-major)
+                mine_a = mine_a.t().contiguous().t()
+            scatter_out = mem.output((rows, n), dtype, seed % 2 == 1, "reduce_scatter out")
+            strided = mem.output((n, rows), dtype, False, "strided out").t()  # rows x n, column-major
+            heap_out = mem.output((rows * w, n), dtype, True, "all_reduce heap out")
+            plain_out = mem.output((rows * w, n), dtype, False, "all_reduce out")
+            want = _reduce([_product(a[r], b[r], dtype) for r in range(w)], op, dtype)
+            mine = want[rank * rows : (rank + 1) * rows]
+            assert ops.matmul_reduce_scatter(mine_a, mine_b, op, out=scatter_out, config=cfg) is scatter_out
+            _close(scatter_out, mine, f"chunked matmul_reduce_scatter {op} chunks={chunks}", rank)
+            ops.matmul_reduce_scatter(mine_a, mine_b, op, out=strided, config=cfg)
+            _close(strided, mine, "chunked matmul_reduce_scatter into a strided out", rank)
+            _close(ops.matmul_reduce_scatter(mine_a, mine_b, op, config=cfg), mine, "chunked, a new out", rank)
+            for out in (heap_out, plain_out):
+                assert ops.matmul_all_reduce(mine_a, mine_b, op, out=out, config=cfg) is out
+                _close(out, want, f"chunked matmul_all_reduce {op} chunks={chunks}", rank)
+            assert torch.equal(heap_out, plain_out), f"rank {rank}: in place and staged differ"
+            got = ops.matmul_all_reduce(mine_a, mine_b, op, config=cfg)
+            assert torch.equal(got, heap_out), f"rank {rank}: a new out differs"
+            digests = [None] * w
+            dist.all_gather_object(digests, as_bytes(got).sum().item())
+            assert len(set(digests)) == 1, f"chunked matmul_all_reduce results differ between ranks: {digests}"
+            heap.barrier()  # every peer done reading this rank's tensors before they are checked and freed
+            mem.assert_guards(rank, f"after the chunked calls of seed {seed}")
+            mem.free()
+        cfg = config(backend, variant="chunked")
+        x = sample((4, k), dtype, 1, rank).to(dev)
+        for call in (ops.all_gather_matmul, ops.matmul_all_gather):
+            e = raised(call, x, sample((k, n), dtype, 2, rank).to(dev), config=cfg)
+            assert isinstance(e, ValueError) and "'chunked' is for" in str(e), f"rank {rank}: {e!r}"
+        return True

@@ -32,6 +32,12 @@ def test_the_unfused_variant_matches_torch(world, backend, world_size, dtype):
     assert world.run(_ops_cases.every_op, world_size, backend, dtype, "unfused") == [True] * world_size
 
 
+@pytest.mark.parametrize("world_size,dtype", [(1, torch.float32), (2, torch.bfloat16), (3, torch.float16)],
+                         ids=["1-float32", "2-bfloat16", "3-float16"])  # fmt: skip
+def test_the_chunked_reductions_match_torch_and_write_only_their_tensors(world, backend, world_size, dtype):
+    assert world.run(_ops_cases.chunked_variant, world_size, backend, dtype) == [True] * world_size
+
+
 def test_auto_runs_unfused_only_where_the_table_says(monkeypatch):
     from iris.ops import config as ops_config
 
@@ -49,7 +55,12 @@ def test_auto_runs_unfused_only_where_the_table_says(monkeypatch):
     monkeypatch.setitem(ops_config._CAPABILITIES, cuda, (8, 0))  # no measurement there: fused
     assert ops_config.variant_of(None, "matmul_all_reduce", cuda) == "fused"
     with pytest.raises(ValueError, match="unknown variant"):
-        ops_config.Config(variant="pipelined")
+        ops_config.Config(variant="streamed")
+    with pytest.raises(ValueError, match="chunks must be an int in"):
+        ops_config.Config(variant="chunked", chunks=0)
+    assert ops_config.variant_of(ops_config.Config(variant="chunked"), "matmul_all_reduce", cuda) == "chunked"
+    with pytest.raises(ValueError, match="'chunked' is for matmul_reduce_scatter and matmul_all_reduce"):
+        ops_config.variant_of(ops_config.Config(variant="chunked"), "all_gather_matmul", cuda)
     with pytest.raises(TypeError, match="iris.ops.Config"):
         ops_config.variant_of(object(), "matmul_all_reduce", cuda)
 
@@ -74,14 +85,15 @@ def test_back_to_back_operations_and_collectives_need_no_host_barrier(world, bac
     assert world.run(_ops_cases.back_to_back, world_size, backend, 6) == [True] * world_size
 
 
-@pytest.mark.parametrize("field", ["collective", "variant", "dtype", "inner dim and columns", "tiling", "fused and unfused"])
+@pytest.mark.parametrize("field", ["collective", "variant", "dtype", "inner dim and columns", "tiling", "fused and unfused",
+                                   "fused and chunked", "chunks"])  # fmt: skip
 def test_a_mismatched_call_raises_on_every_rank_and_touches_nothing(world, backend, field):
     assert world.run(_ops_cases.mismatch, 2, backend, field) == [True, True]
 
 
-@pytest.mark.parametrize("world_size", [2, 3])
-def test_a_rank_that_never_arrives_times_out_the_others(world, backend, world_size):
-    assert world.run(_ops_cases.missing_rank, world_size, backend, TIMEOUT) == [True] * world_size
+@pytest.mark.parametrize("world_size,variant", [(2, "fused"), (3, "fused"), (2, "chunked")])
+def test_a_rank_that_never_arrives_times_out_the_others(world, backend, world_size, variant):
+    assert world.run(_ops_cases.missing_rank, world_size, backend, TIMEOUT, variant) == [True] * world_size
 
 
 @pytest.mark.cpu_ranks

@@ -9,6 +9,9 @@ For each operation and shape (per rank, tensor parallelism over the ranks of the
   device; ``auto variant`` names which). Timed where it is not the fused kernel;
 - ``unfused``: ``torch.matmul`` into a heap tensor, then the ``iris.ccl`` collective on heap
   tensors (``iris.ops.reference``'s parts, without their allocations);
+- ``chunked`` (the reductions): ``Config(variant="chunked")``, ``torch.matmul`` by row chunks with
+  each chunk's collective on a side stream while the next chunk is multiplied (``iris.ops.chunked``;
+  ``--chunks``);
 - ``matmul`` and ``collective``: the two unfused parts alone, so the table shows whether unfused
   is their sum (``unfused / (matmul + coll)``: above 1 when the two interfere, for instance the
   ranks' kernels interleaving under MPS);
@@ -105,6 +108,9 @@ def _tiles_type(text: str) -> tuple[int, int, int]:
 
 
 def _config(args, trace_on: bool, variant: str = "fused") -> ops.Config:
+    if variant == "chunked":
+        return ops.Config(backend=args.backend, trace=trace_on, variant=variant, chunks=args.chunks,
+                          num_programs=args.chunk_programs)  # fmt: skip
     tiles = dict(zip(("block_m", "block_n", "block_k"), args.tiles)) if args.tiles else {}
     return ops.Config(backend=args.backend, trace=trace_on, num_stages=args.num_stages, variant=variant, **tiles)
 
@@ -119,6 +125,10 @@ def add_arguments(parser: argparse.ArgumentParser, *, gpu: bool) -> None:
                         help="the fused kernels' tile (block_m x block_n x block_k; default iris.ops.Config's)")  # fmt: skip
     parser.add_argument("--num-stages", type=positive_int, default=None,
                         help="stages of the fused kernels' K loop (Triton's pipelining, Gluon's ring on Hopper; default iris.ops.Config's)")  # fmt: skip
+    parser.add_argument("--chunks", type=positive_int, default=None,
+                        help="the chunked variant's chunks (default iris.ops.chunked.DEFAULT_CHUNKS)")  # fmt: skip
+    parser.add_argument("--chunk-programs", type=positive_int, default=None, metavar="N",
+                        help="programs of the chunked variant's collectives (default: iris.ops' choice)")  # fmt: skip
     parser.add_argument("--iters", type=positive_int, default=10 if gpu else 1, help="timed samples per path")
     parser.add_argument("--reps", type=positive_int, default=5 if gpu else 1, help="calls queued per sample")
 
@@ -157,7 +167,7 @@ def _expected(op, a_all, b_all, rank, w, dtype):
     return total
 
 
-def _paths(op, heap, a, b, cfg, ccl_cfg, auto_cfg):
+def _paths(op, heap, a, b, cfg, ccl_cfg, auto_cfg, chunked_cfg):
     """The fused call, the call as ``auto_cfg`` runs it, the unfused call and its two parts, on
     preallocated buffers: ``(paths, result of each checked path)`` (a tensor, or a callable that
     makes it)."""
@@ -211,6 +221,9 @@ def _paths(op, heap, a, b, cfg, ccl_cfg, auto_cfg):
     if ops.config.variant_of(auto_cfg, op, heap.device) != "fused":  # else the same calls as "fused"
         paths["auto"] = lambda: fused(auto_cfg)
         results["auto"] = results["fused"]
+    if op in ops.config.CHUNKED:
+        paths["chunked"] = lambda: fused(chunked_cfg)
+        results["chunked"] = results["fused"]
     return paths, results
 
 
@@ -244,17 +257,18 @@ def rank_main(args: argparse.Namespace) -> dict:
             "ops-bench", len(args.shapes) * len(args.ops), enabled=rank == 0
         ) as bar:
             cfg, auto_cfg = _config(args, tracing.on), _config(args, tracing.on, "auto")
+            chunked_cfg = _config(args, tracing.on, "chunked")
             ccl_cfg = ccl.Config(backend=args.backend, trace=tracing.on, num_programs=_ccl_programs(heap))
             for shape in args.shapes:
                 for op in args.ops:
                     a_shape, b_shape = operands(op, shape, w)
                     a_all, b_all = _inputs(op, a_shape, b_shape, dtype, dev, rank, w)
                     a, b = a_all[rank], b_all[rank]
-                    paths, results = _paths(op, heap, a, b, cfg, ccl_cfg, auto_cfg)
+                    paths, results = _paths(op, heap, a, b, cfg, ccl_cfg, auto_cfg, chunked_cfg)
                     want = _expected(op, a_all, b_all, rank, w, dtype)
                     del a_all, b_all
                     found = []
-                    for name in [p for p in ("fused", "auto", "unfused") if p in paths]:
+                    for name in [p for p in ("fused", "auto", "unfused", "chunked") if p in paths]:
                         paths[name]()
                         heap.barrier()
                         heap.check_device_errors()
@@ -299,6 +313,9 @@ def _derive(row: dict) -> dict:
     row["speedup"] = row["unfused_ms"] / row["fused_ms"]
     row["auto_speedup"] = row["unfused_ms"] / row["auto_ms"]
     row["auto_label"] = f"{row['auto_speedup']:.2f} ({row['auto_variant']})"  # the table's; the CSV has both
+    if "chunked_ms" in row:
+        row["chunked_speedup"] = row["unfused_ms"] / row["chunked_ms"]
+        row["chunked_vs_limit"] = row["chunked_ms"] / row["limit_ms"]
     row["parts_ms"] = row["matmul_ms"] + row["collective_ms"]
     row["unfused_vs_parts"] = row["unfused_ms"] / row["parts_ms"]
     row["comm_share"] = row["collective_ms"] / row["parts_ms"]
@@ -315,6 +332,7 @@ def report(results: list, args: argparse.Namespace) -> int:
                ("comm_share", "comm share", ".0%"), ("limit_ms", "limit ms", ".3f"),
                ("fused_vs_limit", "fused/limit", ".2f"), ("speedup", "unfused/fused", ".2f"),
                ("auto_label", "unfused/auto", ""),
+               *([("chunked_speedup", "unfused/chunked", ".2f")] if any("chunked_ms" in r for r in rows) else []),
                ("core_ms", "core ms", ".3f"), ("core_vs_torch", "core/torch", ".2f"), ("check", "vs torch", "")]  # fmt: skip
     caption = ("times: queued device time per call, slowest rank; limit = max(matmul, collective traffic at the "
                "copy bandwidth); core = iris.ops.local_matmul (the fused kernels' GEMM, communication off); "

@@ -24,7 +24,7 @@ import iris.ccl as ccl
 from iris.ccl import _internals
 from iris.ccl.call import Call, kernels_of
 
-from . import custom_ops, description, reference
+from . import chunked, custom_ops, description, reference
 from .arguments import check_heap, check_op, check_operands, check_out, output_like
 from .config import DEFAULT, Config, resolve, variant_of
 
@@ -49,6 +49,19 @@ def _unfused(name: str, config: Config | None, heap) -> ccl.Config | None:
         return None
     cfg = config or DEFAULT
     return reference.collective_config(heap, cfg.backend, cfg.blocking, cfg.trace)
+
+
+def _chunked(name: str, a, b, op, out, heap, config: Config | None):
+    """``name`` by its chunked variant (``iris.ops.chunked``) where ``config`` names it, else None."""
+    if variant_of(config, name, heap.device) != "chunked":
+        return None
+    gpu = heap.device.type == "cuda"
+    chunks = config.chunks or chunked.DEFAULT_CHUNKS["cuda" if gpu else "cpu"]
+    programs = config.num_programs
+    if programs is None and gpu:  # a quarter of the GPU, shared among its ranks
+        programs = max(1, _multiprocessors(heap.device) // 4 // heap.ranks_per_device)
+    collective = ccl.Config(backend=config.backend, blocking=config.blocking, trace=config.trace, num_programs=programs)
+    return getattr(chunked, name)(a, b, op, out, heap, chunks, collective)
 
 
 def _kernels(backend: str):
@@ -335,6 +348,8 @@ def _matmul_reduce(name: str, a, b, op, out, heap, config) -> torch.Tensor:
     out = check_out(name, out, (rows, n) if reduce_scatter else (m, n), a, heap, a, b)
     if (unfused := _unfused(name, config, heap)) is not None:
         return getattr(reference, name)(a, b, op, out=out, heap=heap, config=unfused)
+    if (result := _chunked(name, a, b, op, out, heap, config)) is not None:
+        return result
     launch = _Launch(config, a, heap, rows, n)
     with Call(heap, launch.config, name, kernels=launch.kernels) as call:
         if m * n == 0:

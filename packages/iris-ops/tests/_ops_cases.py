@@ -480,11 +480,11 @@ def cuda_graph(rank, world_size, backend):
 
 
 def chunked_variant(rank, world_size, backend, dtype):
-    """The reductions' chunked variant against torch: uneven chunks (rows that do not split evenly,
-    more chunks than rows), row- and column-major ``a``, ``out`` on the heap (in place), off it and
-    strided, every op once; guarded memory around every tensor, so a chunk written at the wrong
-    offset shows; ``matmul_all_reduce`` bitwise the same on every rank; the gathers refuse the
-    variant before anything runs."""
+    """Every operation's chunked variant against torch: uneven chunks (rows that do not split
+    evenly, more chunks than rows), row- and column-major ``a``, ``out`` on the heap (in place),
+    off it and strided, every reduction op once, the gathered rows, the products side by side and
+    stacked; guarded memory around every tensor, so a chunk written at the wrong offset shows;
+    ``matmul_all_reduce`` bitwise the same on every rank."""
     with _quiet_heap() as heap:
         w, dev = world_size, heap.device
         k, n = 24, 20
@@ -521,9 +521,32 @@ def chunked_variant(rank, world_size, backend, dtype):
             heap.barrier()  # every peer done reading this rank's tensors before they are checked and freed
             mem.assert_guards(rank, f"after the chunked calls of seed {seed}")
             mem.free()
-        cfg = config(backend, variant="chunked")
-        x = sample((4, k), dtype, 1, rank).to(dev)
-        for call in (ops.all_gather_matmul, ops.matmul_all_gather):
-            e = raised(call, x, sample((k, n), dtype, 2, rank).to(dev), config=cfg)
-            assert isinstance(e, ValueError) and "'chunked' is for" in str(e), f"rank {rank}: {e!r}"
+        for seed, transposed, chunks, rows in ((21, False, 3, 5), (22, True, None, 2)):
+            cfg = config(backend, variant="chunked", chunks=chunks)
+            mem = Guarded(heap)
+            a = [sample((rows, k), dtype, seed, r, transposed) for r in range(w)]
+            b = [sample((k, n), dtype, seed + 100, r) for r in range(w)]
+            mine_a = mem.tensor(a[rank], not transposed, "a")
+            if transposed:
+                mine_a = mine_a.t().contiguous().t()
+            shared_b = mem.tensor(b[0], False, "shared b")
+            mine_b = mem.tensor(b[rank], False, "b")
+            gather_out = mem.output((w * rows, n), dtype, seed % 2 == 1, "all_gather_matmul out")
+            side = mem.output((rows, w * n), dtype, not transposed, "matmul_all_gather out")
+            stacked = mem.output((w, rows, n), dtype, transposed, "matmul_all_gather stacked out")
+            want = _product(torch.cat(a), b[0], dtype)
+            assert ops.all_gather_matmul(mine_a, shared_b, out=gather_out, config=cfg) is gather_out
+            _close(gather_out, want, f"chunked all_gather_matmul chunks={chunks}", rank)
+            gathered, c = ops.all_gather_matmul(mine_a, shared_b, return_gathered=True, config=cfg)
+            _close(c, want, "chunked all_gather_matmul, a new out", rank)
+            assert torch.equal(gathered.cpu(), torch.cat(a)), f"rank {rank}: the chunked gathered rows differ"
+            want = torch.cat([_product(a[r], b[r], dtype) for r in range(w)], dim=1)
+            assert ops.matmul_all_gather(mine_a, mine_b, out=side, config=cfg) is side
+            _close(side, want, f"chunked matmul_all_gather chunks={chunks}", rank)
+            assert ops.matmul_all_gather(mine_a, mine_b, out=stacked, config=cfg) is stacked
+            _close(stacked, want.view(rows, w, n).permute(1, 0, 2), "chunked matmul_all_gather stacked", rank)
+            _close(ops.matmul_all_gather(mine_a, mine_b, config=cfg), want, "chunked matmul_all_gather, a new out", rank)
+            heap.barrier()
+            mem.assert_guards(rank, f"after the chunked gathers of seed {seed}")
+            mem.free()
         return True

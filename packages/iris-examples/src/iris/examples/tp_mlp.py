@@ -59,8 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser, *, gpu: bool) -> None:
     parser.add_argument("--iters", type=positive_int, default=10 if gpu else 1, help="timed samples per block")
     parser.add_argument("--reps", type=positive_int, default=3 if gpu else 1, help="blocks queued per sample")
     parser.add_argument("--variant", choices=ops.config.VARIANTS, default="auto",
-                        help="iris.ops.Config(variant=...) of the fused block's two operations (default auto; "
-                        "chunked: the reduction's, the gather's auto)")  # fmt: skip
+                        help="iris.ops.Config(variant=...) of the fused block's two operations (default auto)")  # fmt: skip
 
 
 def check_arguments(args: argparse.Namespace) -> None:
@@ -93,10 +92,8 @@ def rank_main(args: argparse.Namespace) -> dict:
         rows, mismatches = [], []
         with trace.session(heap, args) as tracing, tables.progress("tp-mlp", len(args.shapes), enabled=rank == 0) as bar:
             cfg = ops.Config(backend=args.backend, trace=tracing.on, variant=args.variant)
-            # "chunked" is the reductions' only: the gather then runs as a call without a variant runs
-            up_cfg = ops.Config(backend=args.backend, trace=tracing.on) if args.variant == "chunked" else cfg
-            ran = ", ".join(f"{op} {ops.config.variant_of(c, op, dev)}" for op, c in (("all_gather_matmul", up_cfg),
-                                                                                      ("matmul_reduce_scatter", cfg)))  # fmt: skip
+            ran = ", ".join(f"{op} {ops.config.variant_of(cfg, op, dev)}" for op in ("all_gather_matmul",
+                                                                                     "matmul_reduce_scatter"))  # fmt: skip
             ccl_cfg = ccl.Config(backend=args.backend, trace=tracing.on, num_programs=_ccl_programs(heap))
             for shape in args.shapes:
                 t, hidden, inter = shape
@@ -116,7 +113,7 @@ def rank_main(args: argparse.Namespace) -> dict:
                 y_ref = torch.empty(tokens, hidden, dtype=dtype, device=dev)
 
                 def fused():
-                    ops.all_gather_matmul(x_r, up, out=h, config=up_cfg)
+                    ops.all_gather_matmul(x_r, up, out=h, config=cfg)
                     ops.matmul_reduce_scatter(torch.nn.functional.gelu(h), down, out=y, config=cfg)
 
                 def unfused(group=None):

@@ -15,7 +15,7 @@ import torch
 
 from iris.ccl.config import BACKENDS, check_choice, check_launch, check_power_of_two, check_range
 
-__all__ = ["AUTO_UNFUSED", "BACKENDS", "CHUNKED", "Config", "DEFAULT", "MAX_BLOCK", "MAX_CHUNKS", "MAX_GROUP_M",
+__all__ = ["AUTO_UNFUSED", "BACKENDS", "Config", "DEFAULT", "MAX_BLOCK", "MAX_CHUNKS", "MAX_GROUP_M",
            "MAX_PROGRAMS", "VARIANTS", "resolve", "variant_of"]  # fmt: skip
 
 #: Tile sides are powers of two in [16, MAX_BLOCK] (the description holds their logarithms in 3 bits).
@@ -29,12 +29,10 @@ _MAX_STAGES = 8
 MAX_CHUNKS = 64
 #: How an operation runs: ``"fused"`` (its one kernel, the GEMM and the communication overlapped),
 #: ``"unfused"`` (``torch.matmul``, then the ``iris.ccl`` collective: ``iris.ops.reference``),
-#: ``"chunked"`` (the reductions only: ``torch.matmul`` by row chunks, each chunk's collective on
-#: a side stream while the next chunk is multiplied: ``iris.ops.chunked``), or ``"auto"``
+#: ``"chunked"`` (``torch.matmul`` and the collective by row chunks, on two streams, so that the
+#: collective of one chunk runs beside the GEMM of the next: ``iris.ops.chunked``), or ``"auto"``
 #: (``AUTO_UNFUSED``: the one measured faster on the device kind).
 VARIANTS = ("auto", "fused", "unfused", "chunked")
-#: The operations that have a chunked variant.
-CHUNKED = ("matmul_reduce_scatter", "matmul_all_reduce")
 
 #: Where ``variant="auto"`` runs the unfused composition: (CUDA compute capability, backend) -> the
 #: operations whose fused kernel was slower than ``torch.matmul`` + the ``iris.ccl`` collective at
@@ -64,13 +62,12 @@ class Config:
       software pipelining; the Gluon backend's ring of shared-memory slots on Hopper, at least 2;
       its portable core double-buffers in registers and ignores it).
     - ``backend``: ``"triton"`` (``tl.dot``) or ``"gluon"``; the host code and the protocol are the same.
-    - ``variant``: one of ``VARIANTS``: ``"fused"``, ``"unfused"``, ``"chunked"`` (``CHUNKED``
-      operations only), or ``"auto"`` (the default: ``AUTO_UNFUSED`` says which, per device
-      kind, backend and operation). Every rank must run the same variant (``"auto"`` chooses
-      alike on GPUs of one kind): a rank that runs another makes the call raise
-      ``CollectiveMismatchError`` on every rank. The tiling fields apply to the fused kernels;
-      the unfused variant runs ``torch.matmul`` and the collective with its defaults
-      (``iris.ops.reference``).
+    - ``variant``: one of ``VARIANTS``: ``"fused"``, ``"unfused"``, ``"chunked"``, or ``"auto"``
+      (the default: ``AUTO_UNFUSED`` says which, per device kind, backend and operation). Every
+      rank must run the same variant (``"auto"`` chooses alike on GPUs of one kind): a rank that
+      runs another makes the call raise ``CollectiveMismatchError`` on every rank. The tiling
+      fields apply to the fused kernels; the unfused variant runs ``torch.matmul`` and the
+      collective with its defaults (``iris.ops.reference``), the chunked one ``iris.ops.chunked``.
     - ``chunks``: the chunked variant's row chunks, in [1, ``MAX_CHUNKS``] (fewer where there are
       fewer rows; default ``iris.ops.chunked.DEFAULT_CHUNKS``). There ``num_programs`` is the
       collectives' programs (default: a quarter of the multiprocessors, shared among the ranks on
@@ -150,14 +147,11 @@ def resolve(config: Config | None, dtype: torch.dtype, heap, *, path: str | None
 
 
 def variant_of(config: Config | None, name: str, device: torch.device) -> str:
-    """``"fused"``, ``"unfused"`` or ``"chunked"``: what operation ``name`` runs with ``config`` on
-    ``device``; ValueError where ``config`` names the chunked variant of an operation without one."""
+    """``"fused"``, ``"unfused"`` or ``"chunked"``: what operation ``name`` runs with ``config`` on ``device``."""
     if config is None:
         config = DEFAULT
     elif not isinstance(config, Config):
         raise TypeError(f"config must be an iris.ops.Config, got {type(config).__name__}")
-    if config.variant == "chunked" and name not in CHUNKED:
-        raise ValueError(f"{name}: variant 'chunked' is for {' and '.join(CHUNKED)}; use 'fused' or 'unfused'")
     if config.variant != "auto":
         return config.variant
     if device.type != "cuda":

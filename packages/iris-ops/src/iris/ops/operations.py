@@ -51,8 +51,9 @@ def _unfused(name: str, config: Config | None, heap) -> ccl.Config | None:
     return reference.collective_config(heap, cfg.backend, cfg.blocking, cfg.trace)
 
 
-def _chunked(name: str, a, b, op, out, heap, config: Config | None):
-    """``name`` by its chunked variant (``iris.ops.chunked``) where ``config`` names it, else None."""
+def _chunked(name: str, config: Config | None, heap) -> tuple[int, ccl.Config] | None:
+    """``(chunks, the collectives' Config)`` where ``name`` runs its chunked variant with ``config``
+    on ``heap`` (``iris.ops.chunked``), else None."""
     if variant_of(config, name, heap.device) != "chunked":
         return None
     gpu = heap.device.type == "cuda"
@@ -60,8 +61,8 @@ def _chunked(name: str, a, b, op, out, heap, config: Config | None):
     programs = config.num_programs
     if programs is None and gpu:  # a quarter of the GPU, shared among its ranks
         programs = max(1, _multiprocessors(heap.device) // 4 // heap.ranks_per_device)
-    collective = ccl.Config(backend=config.backend, blocking=config.blocking, trace=config.trace, num_programs=programs)
-    return getattr(chunked, name)(a, b, op, out, heap, chunks, collective)
+    return chunks, ccl.Config(backend=config.backend, blocking=config.blocking, trace=config.trace,
+                              num_programs=programs)  # fmt: skip
 
 
 def _kernels(backend: str):
@@ -230,6 +231,9 @@ def all_gather_matmul(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | N
     if (unfused := _unfused("all_gather_matmul", config, heap)) is not None:
         return reference.all_gather_matmul(a, b, out=out, return_gathered=return_gathered, heap=heap, config=unfused)
     gathered = output_like((w * m, k), a) if return_gathered else None
+    if (split := _chunked("all_gather_matmul", config, heap)) is not None:
+        chunked.all_gather_matmul(a, b, out, gathered, heap, *split)
+        return out if gathered is None else (gathered, out)
     launch = _Launch(config, a, heap, m, n, blocks=w)
     if m * n == 0:  # no product to compute; the gathered rows (if any) by the collective alone
         if gathered is not None and gathered.numel():
@@ -280,6 +284,8 @@ def matmul_all_gather(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | N
     out = check_out("matmul_all_gather", out, shape, a, heap, a, b)
     if (unfused := _unfused("matmul_all_gather", config, heap)) is not None:
         return reference.matmul_all_gather(a, b, out=out, heap=heap, config=unfused)
+    if (split := _chunked("matmul_all_gather", config, heap)) is not None:
+        return chunked.matmul_all_gather(a, b, out, heap, *split)
     launch = _Launch(config, a, heap, m, n)
     with Call(heap, launch.config, "matmul_all_gather", kernels=launch.kernels) as call:
         if m * n == 0:
@@ -348,8 +354,8 @@ def _matmul_reduce(name: str, a, b, op, out, heap, config) -> torch.Tensor:
     out = check_out(name, out, (rows, n) if reduce_scatter else (m, n), a, heap, a, b)
     if (unfused := _unfused(name, config, heap)) is not None:
         return getattr(reference, name)(a, b, op, out=out, heap=heap, config=unfused)
-    if (result := _chunked(name, a, b, op, out, heap, config)) is not None:
-        return result
+    if (split := _chunked(name, config, heap)) is not None:
+        return getattr(chunked, name)(a, b, op, out, heap, *split)
     launch = _Launch(config, a, heap, rows, n)
     with Call(heap, launch.config, name, kernels=launch.kernels) as call:
         if m * n == 0:

@@ -452,11 +452,12 @@ def traced(rank, world_size, backend):
         heap.close()
 
 
-def cuda_graph(rank, world_size, backend):
-    """Operations captured in a CUDA graph synchronize on every replay and match torch."""
+def cuda_graph(rank, world_size, backend, variant="fused"):
+    """Operations captured in a CUDA graph synchronize on every replay and match torch (the
+    chunked variant's side stream forks from the capturing stream and joins it again)."""
     heap = iris.heap.init(1 << 26)
     heap.wait_timeout = QUIET
-    w, dev, cfg = world_size, heap.device, config(backend)
+    w, dev, cfg = world_size, heap.device, config(backend, variant=variant)
     try:
         a = [sample((64 * w, 64), torch.bfloat16, 3, r).to(dev) for r in range(w)]
         b = [sample((64, 96), torch.bfloat16, 4, r).to(dev) for r in range(w)]

@@ -126,9 +126,9 @@ def test_traced_operations_record_their_phases(world, backend):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("world_size", [2, 4])
-def test_operations_replayed_from_a_cuda_graph_match_torch(world, backend, world_size):
-    assert world.run(_ops_cases.cuda_graph, world_size, backend) == [True] * world_size
+@pytest.mark.parametrize("world_size,variant", [(2, "fused"), (4, "fused"), (2, "chunked"), (4, "chunked")])
+def test_operations_replayed_from_a_cuda_graph_match_torch(world, backend, world_size, variant):
+    assert world.run(_ops_cases.cuda_graph, world_size, backend, variant) == [True] * world_size
 
 
 def test_the_context_layout_and_the_errors_are_the_collectives():

@@ -6,7 +6,13 @@ rank's result matched torch.
 
 import csv
 
+import torch
 from _cli import run_cli, shm_entries
+
+from iris.heap import transport
+
+#: The transport the examples' heaps get by default: the CLI's ranks run on the GPU where there is one.
+AUTO = transport.select("auto", torch.device("cuda" if torch.cuda.is_available() else "cpu")).name
 
 MP = ["--blocks", "4", "--block-size", "4K", "--iters", "2"]
 
@@ -101,7 +107,7 @@ def test_heap_bench_sweeps_world_sizes(tmp_path):
     columns, rows = _csv(table)
     assert columns == ["allocator_us", "bench", "close_ms", "collective_calls", "device", "full_us", "heap_bytes",
                        "init_ms", "ranks", "torch_empty_us", "transport"]  # fmt: skip
-    assert {r["transport"] for r in rows if r["bench"] == "init"} == {"shm"}  # auto, on CPU ranks
+    assert {r["transport"] for r in rows if r["bench"] == "init"} == {AUTO}
     assert [(r["bench"], r["ranks"]) for r in rows] == [("alloc_free", "1"), ("alloc_free", "2"), ("init", "1"),
                                                         ("init", "2")]  # fmt: skip
     assert {r["collective_calls"] for r in rows if r["bench"] == "alloc_free"} == {"0"}
@@ -114,7 +120,7 @@ def test_rma_bench(tmp_path):
     columns, rows = _csv(table)
     assert columns == ["rank", "section", "op", "bytes", "ranks", "ms", "GBps", "ratio_vs_local", "latency_us",
                        "ops_per_s", "transport"]  # fmt: skip
-    assert {r["transport"] for r in rows} == {"shm"}
+    assert {r["transport"] for r in rows} == {AUTO}
     assert [r["op"] for r in rows if r["section"] == "bandwidth"] == [
         "torch copy_", "triton local copy", "remote load", "remote store", "remote get", "remote put", "remote copy"
     ]  # fmt: skip

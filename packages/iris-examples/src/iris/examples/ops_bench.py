@@ -247,7 +247,8 @@ def rank_main(args: argparse.Namespace) -> dict:
         for op in args.ops:
             (m, k), (_, n) = operands(op, shape, w)
             biggest = max(biggest, (w + 1) * m * k * e, (2 * w + 1) * m * n * e, 3 * m * n * e)
-    heap = iris.heap.init(biggest * 5 // 4 + (64 << 20) + trace.heap_bytes(args))
+    # and the staging the variants reserve and keep (the chunked variant's buffers: up to 2 x W x m x n a chunk)
+    heap = iris.heap.init(biggest * 2 + (64 << 20) + trace.heap_bytes(args))
     try:
         rank, dev = heap.rank, heap.device
         agree = timing.max_over_ranks(dist.new_group(backend="gloo"))

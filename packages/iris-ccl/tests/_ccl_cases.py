@@ -768,3 +768,65 @@ def auto_resolves_like_its_table(rank, world_size, backend):
         return ran
     finally:
         heap.close()
+
+
+def meeting_first(rank, world_size, backend):
+    """Where ranks share a device, a tiled launch for more than ``MEET_FIRST_ELEMENTS`` elements
+    is preceded by a one-program meeting (forced on CPU ranks here): every collective still matches
+    torch, on and off the heap, replayed from its plan, writing nothing outside its tensors; a call
+    launches one more kernel than without; a small call holds no meeting; and a rank that holds the
+    meeting where its peers do not raises a mismatch naming it on every rank, as they do, and
+    ``reset()`` recovers."""
+    from _ccl_faults import Guarded
+
+    from iris.ccl import call
+
+    heap = iris.heap.init(1 << 23)
+    heap.wait_timeout = 30.0
+    w, n = world_size, (call.MEET_FIRST_ELEMENTS // world_size + 1) * world_size  # just above the bound
+    cfg = ccl.Config(backend=backend, blocking=True)
+    workspace = None
+    try:
+        call._MEET_FIRST_ON_CPU = True
+        mem = Guarded(heap)
+        for on in (True, False):
+            x = mem.tensor(torch.full((n,), float(rank + 1)), on, f"x (heap={on})")
+            out = mem.tensor(torch.zeros(n * w), on, f"out (heap={on})")
+            part = mem.tensor(torch.zeros(n // w), on, f"part (heap={on})")
+            for _ in range(2):  # the second call replays the first one's plan
+                x.fill_(float(rank + 1))
+                ccl.all_reduce(x, config=cfg)
+                _check(x, torch.full((n,), float(w * (w + 1) // 2)), "all_reduce with a meeting first")
+                ccl.all_gather(out, x, config=cfg)
+                _check(out, torch.full((n * w,), float(w * (w + 1) // 2)), "all_gather with a meeting first")
+                ccl.reduce_scatter(part, x, config=cfg)
+                _check(part, torch.full((n // w,), float(w * w * (w + 1) // 2)), "reduce_scatter with a meeting first")
+        mem.assert_guards(rank, "after the collectives with a meeting first")
+        from iris.ccl.workspace import workspace_of
+
+        workspace = workspace_of(heap)
+        y = heap.full((n,), 1.0)
+        before = workspace.launched
+        ccl.all_reduce(y, config=ccl.Config(backend=backend, variant="one_shot", blocking=True))
+        assert workspace.launched - before == 2, f"rank {rank}: {workspace.launched - before} launches, want 2"
+        small = heap.full((call.MEET_FIRST_ELEMENTS,), 1.0)
+        before = workspace.launched
+        ccl.all_reduce(small, config=ccl.Config(backend=backend, variant="one_shot", blocking=True))
+        assert workspace.launched - before == 1, f"rank {rank}: a small call held a meeting"
+        call._MEET_FIRST_ON_CPU = rank == w - 1  # only the last rank holds the meeting
+        heap.wait_timeout = 5.0
+        try:
+            ccl.all_reduce(y, config=ccl.Config(backend=backend, variant="one_shot", blocking=True))
+        except ccl.CollectiveMismatchError as e:
+            assert e.field == "meeting first", f"rank {rank}: the mismatch names {e.field!r}: {e}"
+        else:
+            raise AssertionError(f"rank {rank}: a meeting against a collective did not raise")
+        call._MEET_FIRST_ON_CPU = False
+        ccl.reset()
+        y.fill_(1.0)
+        ccl.all_reduce(y, config=ccl.Config(backend=backend, blocking=True))
+        _check(y, torch.full((n,), float(w)), "all_reduce after reset()")
+        return True
+    finally:
+        call._MEET_FIRST_ON_CPU = False
+        heap.close()

@@ -96,3 +96,8 @@ def test_auto_runs_the_variant_its_table_names(world, backend, world_size):
         world.run(_ccl_cases.auto_resolves_like_its_table, world_size, backend)
         == [["one_shot_push", "two_shot"]] * world_size
     )
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_a_meeting_first_where_ranks_share_a_device_keeps_results_and_mismatches(world, backend, world_size):
+    assert world.run(_ccl_cases.meeting_first, world_size, backend) == [True] * world_size

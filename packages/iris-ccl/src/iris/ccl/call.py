@@ -15,11 +15,11 @@ import torch
 
 from . import _launch, protocol
 from .config import DEFAULT, Config
-from .launch_shape import LaunchShape
+from .launch_shape import PROGRAMS_PER_SM, LaunchShape
 from .plans import MAX_PLANS, Plan
 from .workspace import Workspace, workspace_of
 
-__all__ = ["FOLD_BYTES", "Call", "Push", "Staging", "kernels_of"]
+__all__ = ["FOLD_BYTES", "MEET_FIRST_ELEMENTS", "Call", "Push", "Staging", "kernels_of"]
 
 _KERNELS: dict = {}  # (package, backend) -> its kernel module, once imported
 
@@ -31,6 +31,23 @@ _KERNELS: dict = {}  # (package, backend) -> its kernel module, once imported
 #: copy in must end before its entry, so one program makes it: its programs never wait for one
 #: another).
 FOLD_BYTES = 64 * 1024
+
+
+#: Where some GPU of the heap runs several ranks (``heap.most_ranks_per_device``), the launch of a
+#: kernel with more than one program per multiprocessor (``PROGRAMS_PER_SM``: the reductions, whose
+#: programs of all ranks together fill the GPU) for a call of more than this many elements is
+#: preceded by a one-program meeting of the ranks (the barrier kernel, described as the call with
+#: ``protocol.MEETING_FIRST``), so that its many programs start once every rank has arrived. Without it, on an H100 shared by 4 ranks under
+#: MPS, a launch that fills the GPU sometimes waited at its entry for a rank whose kernel did not
+#: start until the wait's bound (tools/mps_meet_probe.py: 3 and 12 failed groups of 11 calls in
+#: about 1900 with equal and random spins before them; none with a meeting first, none with one
+#: program per multiprocessor over all ranks, as the gather and push kernels launch, none without
+#: the spin: docs/architecture.md, section "Ranks sharing a GPU: a timeout under MPS"). Smaller
+#: calls launch so few programs (16 K elements are 4 tiles of the default block) that they never
+#: fill the GPU, and skip the meeting's cost.
+MEET_FIRST_ELEMENTS = 1 << 14
+#: The meeting on CPU ranks too (tests: there every rank shares the CPU, and nothing needs it).
+_MEET_FIRST_ON_CPU = False
 
 
 def kernels_of(backend: str, package: str = "iris.ccl"):
@@ -159,8 +176,25 @@ class Call:
         """Launch ``kernel`` with ``arguments`` (by its parameters' names; the description, the
         sync block and, unless ``grid`` and ``num_warps`` are given, the collectives' launch shape
         are added), then wait if the config is blocking. ``options``: launch options beyond
-        ``num_warps`` (``num_stages``), which only the JIT's launch takes."""
-        code, numel, off_a, off_b, shape = self.desc
+        ``num_warps`` (``num_stages``), which only the JIT's launch takes. Where some GPU runs
+        several ranks, the launch of a kernel with more than one program per multiprocessor
+        (``PROGRAMS_PER_SM``: the reductions) for a call of more than ``MEET_FIRST_ELEMENTS``
+        elements is preceded by a one-program meeting (``MEET_FIRST_ELEMENTS``). Every rank decides
+        alike from the description, the kernel and ``heap.most_ranks_per_device``, never from its
+        own launch shape."""
+        code, numel = self.desc[0], self.desc[1]
+        if (grid is None and numel > MEET_FIRST_ELEMENTS and PROGRAMS_PER_SM.get(kernel.__name__, 1) > 1
+                and not arguments.get("staged") and (self.gpu or _MEET_FIRST_ON_CPU)
+                and self.heap.most_ranks_per_device > 1):  # fmt: skip
+            self._launch(kernels_of(self.config.backend).barrier_kernel, 1, self._warps(), None,
+                         code | protocol.MEETING_FIRST, {})  # fmt: skip
+        self._launch(kernel, grid, num_warps, options, code, arguments)
+        if self.config.blocking:
+            self.wait()
+
+    def _launch(self, kernel, grid, num_warps, options, code, arguments) -> None:
+        """One launch of ``kernel``, described by ``code`` and the call's other words, recorded in the plan."""
+        _, numel, off_a, off_b, shape = self.desc
         workspace = self.workspace
         arguments.update(context_ptr=self.heap.context, sync=workspace.sync, CODE=code, NUMEL=numel, OFF_A=off_a,
                          OFF_B=off_b, SHAPE=shape, FLAGS=workspace.flags, SCOPE=workspace.scope,
@@ -182,8 +216,6 @@ class Call:
                 self.plan.add_launch(kernel, grid, args, constexprs, warps, self.tensors)
             if self.plan.steps is None:
                 self.plan = None
-        if self.config.blocking:
-            self.wait()
 
     def barrier(self) -> None:
         """The barrier kernel, described as this call with no elements: ``barrier()`` itself, and

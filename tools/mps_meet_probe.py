@@ -26,6 +26,12 @@ taking turns so that each sees the same machine:
   one-program meeting before every multi-program launch would cure it). A failure's place counts
   launches here: even the barrier, odd the all_reduce after it.
 
+On an H100 (docs/architecture.md, section "Ranks sharing a GPU: a timeout under MPS, and the
+meeting that avoids it") only ``equal``, ``random`` and ``single`` failed, so the collectives now
+hold that meeting themselves where ranks share a GPU (``iris.ccl.call.MEET_FIRST_ELEMENTS``): the
+default arms (``equal``, ``random``, ``single``) now run with it, and a run in which they no
+longer fail is the check that it cures the timeout (``barrier`` then meets twice).
+
 Per arm: groups, calls, failures, each failure's place in its group (0: the call after the
 spin), the ranks that gave up (``CollectiveTimeoutError``) and the first rank each found missing.
 ``heap.wait_timeout`` is ``--timeout`` seconds, so a failure costs that much. Run under MPS

@@ -15,6 +15,7 @@ reserved space (``iris.ccl.workspace``), copied from or into the caller's tensor
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import functools
 import weakref
 
@@ -56,13 +57,11 @@ def _chunked(name: str, config: Config | None, heap) -> tuple[int, ccl.Config] |
     on ``heap`` (``iris.ops.chunked``), else None."""
     if variant_of(config, name, heap.device) != "chunked":
         return None
-    gpu = heap.device.type == "cuda"
-    chunks = config.chunks or chunked.DEFAULT_CHUNKS["cuda" if gpu else "cpu"]
-    programs = config.num_programs
-    if programs is None and gpu:  # a quarter of the GPU, shared among its ranks
-        programs = max(1, _multiprocessors(heap.device) // 4 // heap.ranks_per_device)
-    return chunks, ccl.Config(backend=config.backend, blocking=config.blocking, trace=config.trace,
-                              num_programs=programs)  # fmt: skip
+    chunks = config.chunks or chunked.DEFAULT_CHUNKS["cuda" if heap.device.type == "cuda" else "cpu"]
+    collective = reference.collective_config(heap, config.backend, config.blocking, config.trace)
+    if config.num_programs is not None:
+        collective = dataclasses.replace(collective, num_programs=config.num_programs)
+    return chunks, collective
 
 
 def _kernels(backend: str):

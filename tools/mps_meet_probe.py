@@ -28,7 +28,7 @@ taking turns so that each sees the same machine:
 
 On an H100 (docs/architecture.md, section "Ranks sharing a GPU: a timeout under MPS, and the
 meeting that avoids it") only ``equal``, ``random`` and ``single`` failed, so the collectives now
-hold that meeting themselves where ranks share a GPU (``iris.ccl.call.MEET_FIRST_ELEMENTS``): the
+hold that meeting themselves where ranks share a GPU (``iris.ccl.protocol.MEET_FIRST_ELEMENTS``): the
 default arms (``equal``, ``random``, ``single``) now run with it, and a run in which they no
 longer fail is the check that it cures the timeout (``barrier`` then meets twice).
 

@@ -14,6 +14,7 @@ import importlib
 import torch
 
 from . import _launch, protocol
+from .protocol import MEET_FIRST_ELEMENTS
 from .config import DEFAULT, Config
 from .launch_shape import PROGRAMS_PER_SM, LaunchShape
 from .plans import MAX_PLANS, Plan
@@ -33,19 +34,6 @@ _KERNELS: dict = {}  # (package, backend) -> its kernel module, once imported
 FOLD_BYTES = 64 * 1024
 
 
-#: Where some GPU of the heap runs several ranks (``heap.most_ranks_per_device``), the launch of a
-#: kernel with more than one program per multiprocessor (``PROGRAMS_PER_SM``: the reductions, whose
-#: programs of all ranks together fill the GPU) for a call of more than this many elements is
-#: preceded by a one-program meeting of the ranks (the barrier kernel, described as the call with
-#: ``protocol.MEETING_FIRST``), so that its many programs start once every rank has arrived. Without it, on an H100 shared by 4 ranks under
-#: MPS, a launch that fills the GPU sometimes waited at its entry for a rank whose kernel did not
-#: start until the wait's bound (tools/mps_meet_probe.py: 3 and 12 failed groups of 11 calls in
-#: about 1900 with equal and random spins before them; none with a meeting first, none with one
-#: program per multiprocessor over all ranks, as the gather and push kernels launch, none without
-#: the spin: docs/architecture.md, section "Ranks sharing a GPU: a timeout under MPS"). Smaller
-#: calls launch so few programs (16 K elements are 4 tiles of the default block) that they never
-#: fill the GPU, and skip the meeting's cost.
-MEET_FIRST_ELEMENTS = 1 << 14
 #: The meeting on CPU ranks too (tests: there every rank shares the CPU, and nothing needs it).
 _MEET_FIRST_ON_CPU = False
 

@@ -775,8 +775,9 @@ def meeting_first(rank, world_size, backend):
     is preceded by a one-program meeting (forced on CPU ranks here): every collective still matches
     torch, on and off the heap, replayed from its plan, writing nothing outside its tensors; a call
     launches one more kernel than without; a small call holds no meeting; and a rank that holds the
-    meeting where its peers do not raises a mismatch naming it on every rank, as they do, and
-    ``reset()`` recovers."""
+    meeting where its peers do not raises a mismatch naming it on every rank, as they do; a rank
+    that skips such a call times its peers out at the meeting, their tensor untouched; and
+    ``reset()`` recovers after each."""
     from _ccl_faults import Guarded
 
     from iris.ccl import call
@@ -821,7 +822,22 @@ def meeting_first(rank, world_size, backend):
             assert e.field == "meeting first", f"rank {rank}: the mismatch names {e.field!r}: {e}"
         else:
             raise AssertionError(f"rank {rank}: a meeting against a collective did not raise")
-        call._MEET_FIRST_ON_CPU = False
+        ccl.reset()
+        # The last rank skips a call whose meeting its peers hold: they time out at the meeting,
+        # naming it and the collective, and their tensor is left as it was.
+        call._MEET_FIRST_ON_CPU = True
+        heap.wait_timeout = 1.0
+        y.fill_(float(rank))
+        if rank != w - 1:
+            try:
+                ccl.all_reduce(y, config=ccl.Config(backend=backend, blocking=True))
+            except ccl.CollectiveTimeoutError as e:
+                assert e.missing_rank == w - 1 and e.collective == "all_reduce", f"rank {rank}: {e}"
+            else:
+                raise AssertionError(f"rank {rank}: a call its peer skipped returned")
+            _check(y, torch.full((n,), float(rank)), "the tensor of a call that timed out at its meeting")
+        dist.barrier()  # the skipper waits until its peers gave up
+        heap.wait_timeout = 30.0
         ccl.reset()
         y.fill_(1.0)
         ccl.all_reduce(y, config=ccl.Config(backend=backend, blocking=True))

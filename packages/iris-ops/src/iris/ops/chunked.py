@@ -35,7 +35,8 @@ import contextlib
 import torch
 
 import iris.ccl as ccl
-from iris.ccl.workspace import workspace_of
+
+from . import reference
 
 __all__ = ["DEFAULT_CHUNKS", "all_gather_matmul", "bounds", "matmul_all_gather", "matmul_all_reduce", "matmul_reduce_scatter"]
 
@@ -108,7 +109,7 @@ class _Streams:
 def _buffer(heap, turn: int, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     """Heap buffer ``turn`` (0 and 1 taken in turns; 2 and 3 beside them), a row-major ``shape``
     of ``dtype`` (the staging role ``ops.chunked.<turn>``)."""
-    return workspace_of(heap).staging(f"ops.chunked.{turn}", torch.empty(shape, dtype=dtype, device="meta"))
+    return reference._staging(heap, shape, dtype, f"ops.chunked.{turn}")
 
 
 def matmul_reduce_scatter(a, b, op, out, heap, chunks: int, config: ccl.Config) -> torch.Tensor:

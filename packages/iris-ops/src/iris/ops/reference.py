@@ -47,10 +47,11 @@ def _in_place(heap, t) -> bool:
     return t is not None and heap.is_symmetric(t) and t.is_contiguous()
 
 
-def _staging(heap, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    """The unfused variant's reserved heap buffer, as a row-major ``shape`` of ``dtype``. Its own
-    until this rank's next collective: the last one's exit saw every peer done with it."""
-    return workspace_of(heap).staging(_ROLE, torch.empty(shape, dtype=dtype, device="meta"))
+def _staging(heap, shape: tuple[int, ...], dtype: torch.dtype, role: str = _ROLE) -> torch.Tensor:
+    """The reserved heap buffer of ``role`` (the unfused variant's by default; the chunked
+    variant's too), as a row-major ``shape`` of ``dtype``. Its own until this rank's next
+    collective on it: the last one's exit saw every peer done with it."""
+    return workspace_of(heap).staging(role, torch.empty(shape, dtype=dtype, device="meta"))
 
 
 def _config(heap, config):

@@ -518,7 +518,7 @@ def targets(results: Path) -> list[tuple[str, str, str, str]]:
     return out
 
 
-def render(results: Path, out: Path, status: dict, mps: bool) -> None:
+def render(results: Path, out: Path, mps: bool) -> None:
     plots = out.parent / "docs" / "benchmarks"
     parts = [
         "# Benchmarks",
@@ -541,11 +541,9 @@ def render(results: Path, out: Path, status: dict, mps: bool) -> None:
         parts += [f"| {w} | {t} | {m} | {d} |" for w, t, m, d in found]
         parts += [""]
     for step in STEPS:
-        parts += [f"## {step.title}", "", step.about, ""]
         if not (results / f"{step.name}.csv").exists():
-            why = status.get(step.name, {}).get("rc", "not run")
-            parts += [f"_Not measured in this report (step `{step.name}`: {why})._", ""]
-            continue
+            continue  # not run, or failed: the Steps table says which, and no older figure stands in
+        parts += [f"## {step.title}", "", step.about, ""]
         rows = _rows(results, step.name)
         shown = " ".join(a.replace(sys.executable, "python3") for a in step.argv)
         if step.then:
@@ -579,7 +577,13 @@ def _steps_section(results: Path) -> list[str]:
             + "): the tables do not describe one program."
         )
     lines = ["## Steps", "", head, "", "| step | exit | seconds | commit |", "|---|---|---|---|"]
-    lines += [f"| {n} | {steps[n]['rc']} | {steps[n]['seconds']} | {steps[n].get('commit', '')} |" for n in ran]
+    for n in BY_NAME:
+        if n not in steps:
+            lines.append(f"| {n} | not run | | |")
+        elif not (results / f"{n}.csv").exists():
+            lines.append(f"| {n} | {steps[n]['rc']} (no table) | {steps[n]['seconds']} | {steps[n].get('commit', '')} |")
+        else:
+            lines.append(f"| {n} | {steps[n]['rc']} | {steps[n]['seconds']} | {steps[n].get('commit', '')} |")
     return lines + [""]
 
 
@@ -607,7 +611,7 @@ def main(argv=None) -> int:
         (args.results / "machine.txt").write_text("\n".join(_machine()) + "\n")
     mps_file = args.results / "mps.txt"
     mps = mps_file.exists() and mps_file.read_text().strip() == "on"
-    render(args.results, args.out, status, mps)
+    render(args.results, args.out, mps)
     failed = [n for n, s in status.items() if s["rc"] != 0]
     if failed:
         print(f"steps that failed: {', '.join(failed)}")

@@ -112,10 +112,13 @@ def test_every_target_is_computed_from_its_step_and_names_its_worst_case(benchma
 
     (tmp_path / "machine.txt").write_text("device: test\n")
     out = tmp_path / "BENCHMARKS.md"
-    benchmarks.render(tmp_path, out, {"rma": {"rc": 124}}, mps=True)
+    (tmp_path / "steps.json").write_text('{"rma": {"rc": 124, "seconds": 900.0, "commit": "aaaa"}}')
+    benchmarks.render(tmp_path, out, mps=True)
     text = out.read_text()
     assert "## Targets" in text and "| ccl triton: collective / copy_ roofline at >= 64 MiB" in text
-    assert "_Not measured in this report (step `rma`: 124)._" in text
+    # a step that failed or was not run has no section (no older figure stands in): the Steps table says so
+    assert "| rma | 124 (no table) | 900.0 | aaaa |" in text and "| heap | not run | | |" in text
+    assert "## iris.mem.triton: translated remote access" not in text and "## iris.ccl (Triton backend)" in text
 
 
 def test_a_run_split_over_calls_says_whether_its_steps_ran_at_one_commit(benchmarks, tmp_path, monkeypatch):
@@ -129,12 +132,12 @@ def test_a_run_split_over_calls_says_whether_its_steps_ran_at_one_commit(benchma
     benchmarks.run_steps([benchmarks.Step("rma", "rma", write, "about")], tmp_path)
     (tmp_path / "machine.txt").write_text("device: test\n")
     out = tmp_path / "BENCHMARKS.md"
-    benchmarks.render(tmp_path, out, {}, mps=True)
+    benchmarks.render(tmp_path, out, mps=True)
     text = out.read_text()
     assert "**The steps ran at different commits** (aaaa: heap; bbbb: rma)" in text, text
     assert "| heap | 0 |" in text and "| aaaa |" in text
     benchmarks.run_steps([fake], tmp_path)  # heap again, at bbbb: one commit now
-    benchmarks.render(tmp_path, out, {}, mps=True)
+    benchmarks.render(tmp_path, out, mps=True)
     assert "Every step below ran at commit bbbb." in out.read_text()
 
 

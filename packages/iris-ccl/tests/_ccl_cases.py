@@ -771,8 +771,10 @@ def auto_resolves_like_its_table(rank, world_size, backend):
 
 
 def meeting_first(rank, world_size, backend):
-    """Where ranks share a device, a tiled launch for more than ``MEET_FIRST_ELEMENTS`` elements
-    is preceded by a one-program meeting (forced on CPU ranks here): every collective still matches
+    """Where ranks share a device, a reduction's launch above ``launch_shape.meets_first``'s bound
+    is preceded by a one-program meeting (forced on CPU ranks here, the bound lowered to 24 tiles of
+    the default block over the ranks of a device, above what one_shot stages in its kernel): every
+    collective still matches
     torch, on and off the heap, replayed from its plan, writing nothing outside its tensors; a call
     launches one more kernel than without; a small call holds no meeting; and a rank that holds the
     meeting where its peers do not raises a mismatch naming it on every rank, as they do; a rank
@@ -780,11 +782,16 @@ def meeting_first(rank, world_size, backend):
     ``reset()`` recovers after each."""
     from _ccl_faults import Guarded
 
-    from iris.ccl import call
+    from iris.ccl import call, launch_shape
 
     heap = iris.heap.init(1 << 23)
     heap.wait_timeout = 30.0
-    w, n = world_size, (call.MEET_FIRST_ELEMENTS // world_size + 1) * world_size  # just above the bound
+    tiles, launch_shape.MEET_FIRST_TILES = launch_shape.MEET_FIRST_TILES, 24
+    assert heap.most_ranks_per_device == world_size, heap.most_ranks_per_device  # CPU ranks share the CPU
+    bound = 24 * launch_shape.DEFAULT_BLOCK // world_size
+    assert bound * 4 > call.FOLD_BYTES, "the small call below would be staged, and hold no meeting for that"
+
+    w, n = world_size, (bound // world_size + 1) * world_size  # just above the bound
     cfg = ccl.Config(backend=backend, blocking=True)
     workspace = None
     try:
@@ -810,7 +817,7 @@ def meeting_first(rank, world_size, backend):
         before = workspace.launched
         ccl.all_reduce(y, config=ccl.Config(backend=backend, variant="one_shot", blocking=True))
         assert workspace.launched - before == 2, f"rank {rank}: {workspace.launched - before} launches, want 2"
-        small = heap.full((call.MEET_FIRST_ELEMENTS,), 1.0)
+        small = heap.full((bound,), 1.0)
         before = workspace.launched
         ccl.all_reduce(small, config=ccl.Config(backend=backend, variant="one_shot", blocking=True))
         assert workspace.launched - before == 1, f"rank {rank}: a small call held a meeting"
@@ -845,4 +852,5 @@ def meeting_first(rank, world_size, backend):
         return True
     finally:
         call._MEET_FIRST_ON_CPU = False
+        launch_shape.MEET_FIRST_TILES = tiles
         heap.close()

@@ -14,13 +14,12 @@ import importlib
 import torch
 
 from . import _launch, protocol
-from .protocol import MEET_FIRST_ELEMENTS
 from .config import DEFAULT, Config
-from .launch_shape import PROGRAMS_PER_SM, LaunchShape
+from .launch_shape import LaunchShape, meets_first
 from .plans import MAX_PLANS, Plan
 from .workspace import Workspace, workspace_of
 
-__all__ = ["FOLD_BYTES", "MEET_FIRST_ELEMENTS", "Call", "Push", "Staging", "kernels_of"]
+__all__ = ["FOLD_BYTES", "Call", "Push", "Staging", "kernels_of"]
 
 _KERNELS: dict = {}  # (package, backend) -> its kernel module, once imported
 
@@ -165,23 +164,25 @@ class Call:
         sync block and, unless ``grid`` and ``num_warps`` are given, the collectives' launch shape
         are added), then wait if the config is blocking. ``options``: launch options beyond
         ``num_warps`` (``num_stages``), which only the JIT's launch takes. Where some GPU runs
-        several ranks, the launch of a kernel with more than one program per multiprocessor
-        (``PROGRAMS_PER_SM``: the reductions) for a call of more than ``MEET_FIRST_ELEMENTS``
-        elements is preceded by a one-program meeting (``MEET_FIRST_ELEMENTS``). Every rank decides
-        alike from the description, the kernel and ``heap.most_ranks_per_device``, never from its
-        own launch shape."""
+        several ranks, ``launch_shape.meets_first`` decides, alike on every rank, whether the launch
+        is preceded by a one-program meeting (the barrier kernel, described as the call with CODE's
+        ``MEETING_FIRST``); a reduction that holds none runs at most one program per multiprocessor
+        over the ranks of its GPU."""
         code, numel = self.desc[0], self.desc[1]
-        if (grid is None and numel > MEET_FIRST_ELEMENTS and PROGRAMS_PER_SM.get(kernel.__name__, 1) > 1
-                and not arguments.get("staged") and (self.gpu or _MEET_FIRST_ON_CPU)
-                and self.heap.most_ranks_per_device > 1):  # fmt: skip
-            self._launch(kernels_of(self.config.backend).barrier_kernel, 1, self._warps(), None,
-                         code | protocol.MEETING_FIRST, {})  # fmt: skip
-        self._launch(kernel, grid, num_warps, options, code, arguments)
+        unmet = False
+        if grid is None and (self.gpu or _MEET_FIRST_ON_CPU) and self.heap.most_ranks_per_device > 1:
+            if meets_first(kernel.__name__, numel, bool(arguments.get("staged")), self.heap.most_ranks_per_device):
+                self._launch(kernels_of(self.config.backend).barrier_kernel, 1, self._warps(), None,
+                             code | protocol.MEETING_FIRST, {})  # fmt: skip
+            else:
+                unmet = True
+        self._launch(kernel, grid, num_warps, options, code, arguments, unmet)
         if self.config.blocking:
             self.wait()
 
-    def _launch(self, kernel, grid, num_warps, options, code, arguments) -> None:
-        """One launch of ``kernel``, described by ``code`` and the call's other words, recorded in the plan."""
+    def _launch(self, kernel, grid, num_warps, options, code, arguments, unmet: bool = False) -> None:
+        """One launch of ``kernel``, described by ``code`` and the call's other words, recorded in
+        the plan; ``unmet``: ``LaunchShape.programs``' argument."""
         _, numel, off_a, off_b, shape = self.desc
         workspace = self.workspace
         arguments.update(context_ptr=self.heap.context, sync=workspace.sync, CODE=code, NUMEL=numel, OFF_A=off_a,
@@ -190,7 +191,7 @@ class Call:
         if grid is None:
             arguments.update(self.shape.constexprs(kernel))
         args, constexprs = _launch.positional(kernel, arguments)
-        grid = (self.shape.programs(kernel, arguments, args, constexprs) if grid is None else grid,)
+        grid = (self.shape.programs(kernel, arguments, args, constexprs, unmet) if grid is None else grid,)
         warps = self.shape.warps if num_warps is None else num_warps
         with workspace.launching(self.name):
             if self.gpu and _launch.DIRECT_LAUNCH and not options:

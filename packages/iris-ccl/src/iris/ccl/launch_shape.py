@@ -13,7 +13,7 @@ import torch
 
 from . import occupancy
 
-__all__ = ["DEFAULT_BLOCK", "PROGRAMS_PER_SM", "TILED_OVER", "LaunchShape"]
+__all__ = ["DEFAULT_BLOCK", "MEET_FIRST_TILES", "PROGRAMS_PER_SM", "TILED_OVER", "LaunchShape", "meets_first"]
 
 DEFAULT_BLOCK = 4096  # elements per tile
 _DEFAULT_WARPS = {"cuda": 8, "cpu": 4}
@@ -32,6 +32,33 @@ TILED_OVER = {"reduce_kernel": "chunk", "gather_kernel": "piece", "push_kernel":
 PROGRAMS_PER_SM = {"reduce_kernel": 4, "gather_kernel": 1, "push_kernel": 1}
 
 
+#: Where ranks share a GPU, a reduction for more than ``MEET_FIRST_TILES * DEFAULT_BLOCK //
+#: most_ranks_per_device`` elements holds a one-program meeting of the ranks before its launch
+#: (``meets_first``); a smaller one runs at most one program per multiprocessor over the ranks of
+#: its GPU instead. 128 is at most the multiprocessors of an H100 or H200 (132), so at the default
+#: block the smaller calls already launch that few programs and lose nothing to the bound.
+MEET_FIRST_TILES = 128
+
+
+def meets_first(kernel_name: str, numel: int, staged: bool, most_ranks_per_device: int) -> bool:
+    """Whether the launch of ``kernel_name`` for a call of ``numel`` elements is preceded by a
+    one-program meeting of the ranks: a kernel of more than one program per multiprocessor
+    (``PROGRAMS_PER_SM``: the reductions) that does not stage its input in one program, where some
+    GPU runs several ranks, for more than ``MEET_FIRST_TILES * DEFAULT_BLOCK //
+    most_ranks_per_device`` elements. The same on every rank of a heap: it reads the description's
+    element count and the heap's world-uniform ``most_ranks_per_device``, never a rank's own
+    block size, program count or device.
+
+    Why (docs/architecture.md, section "Ranks sharing a GPU: a timeout under MPS, and the meeting
+    that avoids it"): on an H100 shared by 4 ranks under MPS, a reduction whose programs of all ranks
+    together fill the GPU sometimes waited at its entry for a rank whose kernel did not start until
+    the wait's bound; never with a meeting first, never with one program per multiprocessor over all
+    ranks. Calls below the bound take the second cure (``LaunchShape.programs``' cap), which at the
+    default block costs nothing; above it the meeting costs one launch of one program."""
+    return (PROGRAMS_PER_SM.get(kernel_name, 1) > 1 and not staged and most_ranks_per_device > 1
+            and numel > MEET_FIRST_TILES * DEFAULT_BLOCK // most_ranks_per_device)  # fmt: skip
+
+
 class LaunchShape:
     """The launch shape of one call's kernels: ``config``'s fields, else the defaults for the heap's device."""
 
@@ -48,19 +75,24 @@ class LaunchShape:
         """What the shape adds to ``kernel``'s constexprs: ``BLOCK`` for a tiled kernel."""
         return {"BLOCK": self.block} if kernel.__name__ in TILED_OVER else {}
 
-    def programs(self, kernel, arguments: dict, args: tuple, constexprs: dict) -> int:
+    def programs(self, kernel, arguments: dict, args: tuple, constexprs: dict, unmet: bool = False) -> int:
         """Programs for a launch of ``kernel`` with ``arguments`` (by name; ``args`` and
         ``constexprs``: the same, as the kernel takes them).
 
         One per tile at most; one for a kernel that stages its input itself (``staged``). On a GPU,
         ``PROGRAMS_PER_SM`` per multiprocessor, at most as many as
         fit at once (``occupancy``), divided among the ranks that share the GPU: every program of
-        every rank must be resident together, since they wait for one another.
+        every rank must be resident together, since they wait for one another. ``unmet``: the
+        ranks did not meet first although some GPU runs several of them (``meets_first`` said no):
+        at most one program per multiprocessor over the ranks of this GPU, also where
+        ``num_programs`` or a small block would launch more.
         """
         over = TILED_OVER.get(kernel.__name__)
         if over is None or arguments.get("staged"):  # a staged kernel copies in (and out) in one program
             return 1
         tiles = max(1, -(-arguments[over] // self.block))
+        if unmet and self.device.type == "cuda":
+            tiles = min(tiles, max(1, _multiprocessors(self.device) // self.ranks_per_device))
         if self.num_programs:
             return min(tiles, self.num_programs)
         if self.device.type != "cuda":

@@ -86,8 +86,8 @@ from iris.heap import context as abi
 
 from .errors import CollectiveAbandonedError, CollectiveMismatchError, CollectiveTimeoutError
 
-__all__ = ["KINDS", "VARIANTS", "REDUCE_OPS", "OPS", "DESC_WORDS", "DESC_SLOTS", "DESC_ARGS", "MEET_FIRST_ELEMENTS",
-           "MEETING_FIRST", "UNSPECIALIZED",
+__all__ = ["KINDS", "VARIANTS", "REDUCE_OPS", "OPS", "DESC_WORDS", "DESC_SLOTS", "DESC_ARGS", "MEETING_FIRST",
+           "UNSPECIALIZED",
            "TAG_BITS", "KindFields", "describe", "decode", "register_kind", "register_variant", "translate_error",
            "typed", "unspecialized"]  # fmt: skip
 
@@ -186,23 +186,11 @@ _DTYPE_ID = {d: i + 1 for i, d in enumerate(DTYPES)}
 # CODE's bit fields: (name, shift, width)
 _BITS = (("collective", 0, 4), ("variant", 4, 4), ("op", 8, 4), ("dtype", 12, 8), ("on heap", 20, 4), ("src", 24, 20),
          ("memory layout", 44, 16), ("meeting first", 60, 1))  # fmt: skip
-#: Where some GPU of the heap runs several ranks (``heap.most_ranks_per_device``), the launch of a
-#: kernel with more than one program per multiprocessor (``launch_shape.PROGRAMS_PER_SM``: the
-#: reductions, whose programs of all ranks together fill the GPU) for a call of more than this
-#: many elements is preceded by a one-program meeting of the ranks (``Call.launch``: the barrier
-#: kernel, described as the call with ``MEETING_FIRST``), so that its many programs start once
-#: every rank has arrived. Without it, on an H100 shared by 4 ranks under MPS, a launch that fills
-#: the GPU sometimes waited at its entry for a rank whose kernel did not start until the wait's
-#: bound (tools/mps_meet_probe.py: 3 and 12 failed groups of 11 calls in about 1900 with equal
-#: and random spins before them; none with a meeting first, none with one program per
-#: multiprocessor over all ranks, as the gather and push kernels launch, none without the spin:
-#: docs/architecture.md, section "Ranks sharing a GPU: a timeout under MPS, and the meeting that
-#: avoids it"). Smaller calls launch so few programs (16 K elements are 4 tiles of the default
-#: block) that they never fill the GPU, and skip the meeting's cost.
-MEET_FIRST_ELEMENTS = 1 << 14
-#: CODE's bit of that meeting: it is described as the call it precedes with this bit set, so
-#: ranks that disagree on holding it (their element counts lie on both sides of the bound) raise
-#: a mismatch naming it instead of pairing a meeting with a collective.
+#: CODE's bit of the one-program meeting that precedes a reduction's launch where ranks share a GPU
+#: (``launch_shape.meets_first``, which says why and when): the meeting is described as the call
+#: it precedes with this bit set, so ranks that disagree on holding it (their element counts lie
+#: on both sides of the bound) raise a mismatch naming it instead of pairing a meeting with a
+#: collective.
 MEETING_FIRST = 1 << 60
 
 
@@ -231,8 +219,7 @@ def decode(code: int) -> dict[str, object]:
         "op": inverse(OPS, raw["op"]) or "-",
         "dtype": DTYPES[raw["dtype"] - 1] if 0 < raw["dtype"] <= len(DTYPES) else "-",
         "on heap": raw["on heap"],
-        "meeting first": (f"held (a reduction of more than {MEET_FIRST_ELEMENTS} elements)" if raw["meeting first"]
-                          else "not held"),
+        "meeting first": "held (a reduction that can fill a shared GPU)" if raw["meeting first"] else "not held",
     }
     own = _FIELDS_OF.get(raw["collective"])
     if own is None:

@@ -772,9 +772,9 @@ def auto_resolves_like_its_table(rank, world_size, backend):
 
 def meeting_first(rank, world_size, backend):
     """Where ranks share a device, a reduction's launch above ``launch_shape.meets_first``'s bound
-    is preceded by a one-program meeting (forced on CPU ranks here, the bound lowered to 24 tiles of
-    the default block over the ranks of a device, above what one_shot stages in its kernel): every
-    collective still matches
+    is preceded by a one-program meeting (forced on CPU ranks here; the bound lowered, first so that
+    every reduction meets, then to 24 tiles of the default block over the ranks of a device, above
+    what one_shot stages in its kernel): every collective still matches
     torch, on and off the heap, replayed from its plan, writing nothing outside its tensors; a call
     launches one more kernel than without; a small call holds no meeting; and a rank that holds the
     meeting where its peers do not raises a mismatch naming it on every rank, as they do; a rank
@@ -786,11 +786,10 @@ def meeting_first(rank, world_size, backend):
 
     heap = iris.heap.init(1 << 23)
     heap.wait_timeout = 30.0
-    tiles, launch_shape.MEET_FIRST_TILES = launch_shape.MEET_FIRST_TILES, 24
+    tiles, launch_shape.MEET_FIRST_TILES = launch_shape.MEET_FIRST_TILES, 1  # every reduction meets
     assert heap.most_ranks_per_device == world_size, heap.most_ranks_per_device  # CPU ranks share the CPU
-    bound = 24 * launch_shape.DEFAULT_BLOCK // world_size
+    bound = 24 // world_size * launch_shape.DEFAULT_BLOCK  # one_shot's chunk (the call) at most without a meeting
     assert bound * 4 > call.FOLD_BYTES, "the small call below would be staged, and hold no meeting for that"
-
     w, n = world_size, (bound // world_size + 1) * world_size  # just above the bound
     cfg = ccl.Config(backend=backend, blocking=True)
     workspace = None
@@ -813,6 +812,7 @@ def meeting_first(rank, world_size, backend):
         from iris.ccl.workspace import workspace_of
 
         workspace = workspace_of(heap)
+        launch_shape.MEET_FIRST_TILES = 24
         y = heap.full((n,), 1.0)
         before = workspace.launched
         ccl.all_reduce(y, config=ccl.Config(backend=backend, variant="one_shot", blocking=True))
@@ -833,6 +833,7 @@ def meeting_first(rank, world_size, backend):
         # The last rank skips a call whose meeting its peers hold: they time out at the meeting,
         # naming it and the collective, and their tensor is left as it was.
         call._MEET_FIRST_ON_CPU = True
+        launch_shape.MEET_FIRST_TILES = 1  # the default all_reduce's reduction meets too
         heap.wait_timeout = 1.0
         y.fill_(float(rank))
         if rank != w - 1:

@@ -31,21 +31,30 @@ def _programs(shape, name, chunk, unmet):
 
 @pytest.mark.parametrize("ranks", [2, 3, 4, 8])
 def test_a_reduction_meets_first_only_above_the_bound_and_only_where_ranks_share_a_gpu(ranks):
-    bound = MEET_FIRST_TILES * DEFAULT_BLOCK // ranks
+    bound = MEET_FIRST_TILES // ranks * DEFAULT_BLOCK  # elements a rank tiles over, at most, without a meeting
     assert meets_first("reduce_kernel", bound + 1, False, ranks)
     assert not meets_first("reduce_kernel", bound, False, ranks)
     assert not meets_first("reduce_kernel", bound + 1, True, ranks)  # staged: one program
     assert not meets_first("gather_kernel", 1 << 30, False, ranks)  # one program per multiprocessor already
     assert not meets_first("push_kernel", 1 << 30, False, ranks)
+    assert not meets_first("barrier_kernel", None, False, ranks)  # not tiled
     assert not meets_first("reduce_kernel", 1 << 30, False, 1)  # no GPU runs two ranks
+
+
+def test_two_shot_at_four_ranks_of_a_gpu_meets_above_2_mib_of_fp32_and_one_shot_above_512_kib():
+    """The bound reads the elements each rank reduces: two_shot's chunk is a quarter of the call."""
+    n = 1 << 19  # 2 MiB of fp32
+    assert not meets_first("reduce_kernel", -(-n // 4), False, 4) and meets_first("reduce_kernel", -(-(n + 4) // 4),
+                                                                                    False, 4)  # fmt: skip
+    assert not meets_first("reduce_kernel", n // 4, False, 4) and meets_first("reduce_kernel", n // 4 + 1, False, 4)
 
 
 @pytest.mark.parametrize("ranks", [2, 3, 4, 8])
 def test_at_the_default_block_a_call_below_the_bound_launches_as_many_programs_as_without_the_cap(monkeypatch, ranks):
     """The cap for calls that hold no meeting costs the default launch nothing on an H100/H200:
-    the largest such call (a one_shot, whose chunk is the whole call) already fits it."""
+    the largest launch without a meeting already fits it."""
     shape = _shape(monkeypatch, ranks)
-    bound = MEET_FIRST_TILES * DEFAULT_BLOCK // ranks
+    bound = MEET_FIRST_TILES // ranks * DEFAULT_BLOCK
     for chunk in (1, DEFAULT_BLOCK, bound // ranks, bound):
         assert _programs(shape, "reduce_kernel", chunk, True) == _programs(shape, "reduce_kernel", chunk, False)
     assert _programs(shape, "reduce_kernel", bound, True) <= SMS // ranks
@@ -54,7 +63,7 @@ def test_at_the_default_block_a_call_below_the_bound_launches_as_many_programs_a
 def test_a_small_block_or_many_programs_below_the_bound_is_capped_at_one_program_per_multiprocessor(monkeypatch):
     """Without a meeting, every rank's programs together stay within one per multiprocessor, the
     launch that never timed out under MPS, whatever block or program count the config asks for."""
-    bound = MEET_FIRST_TILES * DEFAULT_BLOCK // 4
+    bound = MEET_FIRST_TILES // 4 * DEFAULT_BLOCK
     small = _shape(monkeypatch, 4, block_size=16)
     assert _programs(small, "reduce_kernel", bound, False) == 4 * SMS // 4  # 4 per multiprocessor
     assert _programs(small, "reduce_kernel", bound, True) == SMS // 4

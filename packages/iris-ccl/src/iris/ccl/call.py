@@ -15,7 +15,7 @@ import torch
 
 from . import _launch, protocol
 from .config import DEFAULT, Config
-from .launch_shape import LaunchShape, meets_first
+from .launch_shape import TILED_OVER, LaunchShape, meets_first
 from .plans import MAX_PLANS, Plan
 from .workspace import Workspace, workspace_of
 
@@ -168,10 +168,11 @@ class Call:
         is preceded by a one-program meeting (the barrier kernel, described as the call with CODE's
         ``MEETING_FIRST``); a reduction that holds none runs at most one program per multiprocessor
         over the ranks of its GPU."""
-        code, numel = self.desc[0], self.desc[1]
+        code = self.desc[0]
         unmet = False
         if grid is None and (self.gpu or _MEET_FIRST_ON_CPU) and self.heap.most_ranks_per_device > 1:
-            if meets_first(kernel.__name__, numel, bool(arguments.get("staged")), self.heap.most_ranks_per_device):
+            tiled = arguments.get(TILED_OVER.get(kernel.__name__, ""))
+            if meets_first(kernel.__name__, tiled, bool(arguments.get("staged")), self.heap.most_ranks_per_device):
                 self._launch(kernels_of(self.config.backend).barrier_kernel, 1, self._warps(), None,
                              code | protocol.MEETING_FIRST, {})  # fmt: skip
             else:

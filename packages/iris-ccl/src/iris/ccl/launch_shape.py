@@ -32,31 +32,35 @@ TILED_OVER = {"reduce_kernel": "chunk", "gather_kernel": "piece", "push_kernel":
 PROGRAMS_PER_SM = {"reduce_kernel": 4, "gather_kernel": 1, "push_kernel": 1}
 
 
-#: Where ranks share a GPU, a reduction for more than ``MEET_FIRST_TILES * DEFAULT_BLOCK //
-#: most_ranks_per_device`` elements holds a one-program meeting of the ranks before its launch
-#: (``meets_first``); a smaller one runs at most one program per multiprocessor over the ranks of
-#: its GPU instead. 128 is at most the multiprocessors of an H100 or H200 (132), so at the default
-#: block the smaller calls already launch that few programs and lose nothing to the bound.
+#: Where ranks share a GPU, a reduction whose tiles of the default block, over the ranks of the
+#: most crowded GPU, number more than this holds a one-program meeting of the ranks before its
+#: launch (``meets_first``); a smaller one runs at most one program per multiprocessor over the
+#: ranks of its GPU instead. 128 is at most the multiprocessors of an H100 or H200 (132), so at the
+#: default block the smaller launches already run that few programs and lose nothing to the cap.
 MEET_FIRST_TILES = 128
 
 
-def meets_first(kernel_name: str, numel: int, staged: bool, most_ranks_per_device: int) -> bool:
-    """Whether the launch of ``kernel_name`` for a call of ``numel`` elements is preceded by a
-    one-program meeting of the ranks: a kernel of more than one program per multiprocessor
-    (``PROGRAMS_PER_SM``: the reductions) that does not stage its input in one program, where some
-    GPU runs several ranks, for more than ``MEET_FIRST_TILES * DEFAULT_BLOCK //
-    most_ranks_per_device`` elements. The same on every rank of a heap: it reads the description's
-    element count and the heap's world-uniform ``most_ranks_per_device``, never a rank's own
-    block size, program count or device.
+def meets_first(kernel_name: str, tiled: int | None, staged: bool, most_ranks_per_device: int) -> bool:
+    """Whether the launch of ``kernel_name`` over ``tiled`` elements a rank (its ``TILED_OVER``
+    argument: a reduction's chunk) is preceded by a one-program meeting of the ranks: a kernel of
+    more than one program per multiprocessor (``PROGRAMS_PER_SM``: the reductions) that does not
+    stage its input in one program, where some GPU runs several ranks, whose tiles of
+    ``DEFAULT_BLOCK`` elements times ``most_ranks_per_device`` exceed ``MEET_FIRST_TILES``. The same
+    on every rank of a heap: the collectives derive ``tiled`` from the call's element count and
+    the world size alone (all_reduce's chunk is ceil(n / W) on every rank), and
+    ``most_ranks_per_device`` is world-uniform; never a rank's own block size, program count or
+    device. Two_shot all_reduce at 4 ranks of a GPU meets above 512 K elements (2 MiB of fp32),
+    one_shot above 128 K.
 
     Why (docs/architecture.md, section "Ranks sharing a GPU: a timeout under MPS, and the meeting
     that avoids it"): on an H100 shared by 4 ranks under MPS, a reduction whose programs of all ranks
     together fill the GPU sometimes waited at its entry for a rank whose kernel did not start until
     the wait's bound; never with a meeting first, never with one program per multiprocessor over all
-    ranks. Calls below the bound take the second cure (``LaunchShape.programs``' cap), which at the
-    default block costs nothing; above it the meeting costs one launch of one program."""
-    return (PROGRAMS_PER_SM.get(kernel_name, 1) > 1 and not staged and most_ranks_per_device > 1
-            and numel > MEET_FIRST_TILES * DEFAULT_BLOCK // most_ranks_per_device)  # fmt: skip
+    ranks. Launches below the bound take the second cure (``LaunchShape.programs``' cap), which at
+    the default block costs nothing; above it the meeting costs one launch of one program."""
+    if tiled is None or staged or most_ranks_per_device <= 1 or PROGRAMS_PER_SM.get(kernel_name, 1) <= 1:
+        return False
+    return -(-tiled // DEFAULT_BLOCK) * most_ranks_per_device > MEET_FIRST_TILES
 
 
 class LaunchShape:

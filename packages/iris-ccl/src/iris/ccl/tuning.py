@@ -34,13 +34,19 @@ Rows = tuple[tuple[int | None, str], ...]
 #: Device kinds without a table of their own, and CPU ranks.
 FALLBACK: Rows = ((AUTO_PUSH_BYTES, "one_shot_push"), (None, AUTO_ALL_REDUCE))
 
-#: (major, minor) compute capability -> {world size: rows}. sm_90 (H100, H200): on an H100 (4 and 2
-#: ranks under MPS, ccl-bench's latency table, 200 calls), device us per call replayed from a CUDA
-#: graph, one_shot_push against two_shot: 1 KiB 5.27 / 7.06 (4 ranks) and 4.49 / 5.34 (2 ranks),
-#: 16 KiB 6.95 / 7.17 and 5.29 / 5.43; queued calls 9.8 / 11.4, 5.9 / 6.8, 11.3 / 11.7, 6.8 / 6.8.
-#: Above 16 KiB, two_shot was the fastest at every size of the H200 sweeps (64 KiB to 1 GiB).
+#: (major, minor) compute capability -> {world size: rows}. sm_90: measured on an H100 80GB HBM3
+#: (ranks sharing it under MPS, ccl-bench's all_reduce sweep, queued device us per call, 5 timed
+#: iterations, at commit 30f4049, whose meeting bound was then 128 K elements): the rows
+#: ``auto_table`` printed. 4 ranks: one_shot_push / two_shot 9.5 / 11.0 at 1 KiB, 9.8 / 11.2 at
+#: 4 KiB, 11.8 / 11.2 at 16 KiB (two_shot by 5 %), then two_shot (one_shot, rs_ag slower at every
+#: size: 64 KiB 12.6 against 18.0 and 26.1 us, 64 MiB 212 against 416 and 278). 2 ranks: 6.1 / 6.9
+#: at 1 KiB, 7.2 / 7.1 at 16 KiB (within the 3 % margin: push kept), 8.6 / 7.5 at 32 KiB, then
+#: two_shot (64 MiB 110 us against 201 and 173).
 ALL_REDUCE_AUTO: dict[tuple[int, int], dict[int, Rows]] = {
-    (9, 0): {2: FALLBACK, 4: FALLBACK},
+    (9, 0): {
+        2: ((16 * 1024, "one_shot_push"), (None, "two_shot")),
+        4: ((4 * 1024, "one_shot_push"), (None, "two_shot")),
+    },
 }
 
 

@@ -46,6 +46,7 @@ def test_gluon_names_fix_the_gluon_backend():
         (["atomic-latency", "--ranks", "1"], ["at least 2 ranks"]),
         (["message-passing", "--dtype", "float33"], ["unknown dtype 'float33'"]),
         (["ccl-bench", "--collectives", "all_sum"], ["unknown collective 'all_sum'"]),
+        (["ccl-bench", "--block-size", "100"], ["block_size", "power of two"]),
         (["heap-bench", "--backend", "triton"], ["runs no kernels"]),
     ],
 )

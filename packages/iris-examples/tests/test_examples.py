@@ -73,12 +73,14 @@ def test_atomic_latency():
 def test_ccl_bench(tmp_path):
     table = tmp_path / "ccl.csv"
     out = _ok(run_cli("ccl-bench", "--ranks", "2", "--sizes", "16K", "--iters", "1", "--latency-sizes", "1K",
-                      "--latency-iters", "1", "--csv", str(table)))  # fmt: skip
+                      "--latency-iters", "1", "--block-size", "1024", "--num-warps", "2", "--csv", str(table)))  # fmt: skip
     for name in ("all_reduce:two_shot", "all_gather", "reduce_scatter", "all_to_all", "broadcast"):
         assert name in out
+    assert "2 warps, blocks of 1024 a launch" in out  # the launch shape the run set, in the table's title
     with open(table) as f:
         rows = list(csv.DictReader(f))
     assert {r["check"] for r in rows if r["check"]} == {"ok"}
+    assert {(r["block_size"], r["num_warps"], r["num_programs"]) for r in rows} == {("1024", "2", "")}
 
 
 def test_ops_bench_and_tp_mlp_check_every_path_against_torch(tmp_path):

@@ -171,6 +171,10 @@ def add_arguments(parser: argparse.ArgumentParser, *, gpu: bool) -> None:
                         help="rounds of the host-time batches, the median taken (default 5 on a GPU, 1 on CPU ranks)")  # fmt: skip
     parser.add_argument("--num-programs", type=positive_int, default=None, metavar="N",
                         help="Config(num_programs=N) for every collective (default: the library's choice)")  # fmt: skip
+    parser.add_argument("--num-warps", type=positive_int, default=None, metavar="N",
+                        help="Config(num_warps=N) for every collective (default: the library's choice)")  # fmt: skip
+    parser.add_argument("--block-size", type=positive_int, default=None, metavar="N",
+                        help="Config(block_size=N): elements per tile, a power of two (default: the library's)")  # fmt: skip
 
 
 def check_arguments(args: argparse.Namespace) -> None:
@@ -178,6 +182,8 @@ def check_arguments(args: argparse.Namespace) -> None:
         coll, _, variant = name.partition(":")
         if name not in COLLECTIVES and not (coll == "all_reduce" and variant in ccl.ALL_REDUCE_VARIANTS):
             raise ValueError(f"unknown collective {name!r}; choose from {' '.join(COLLECTIVES)} (or all_reduce:auto)")
+    # the launch shape, checked as every rank's Config will check it (a block of 100 elements says so here)
+    ccl.Config(num_programs=args.num_programs, num_warps=args.num_warps, block_size=args.block_size)
     w = args.ranks
     bad = [s for s in (*args.sizes, *args.latency_sizes) if s % (4 * w)]
     if bad:
@@ -262,6 +268,20 @@ def _result(coll, x, out, part, n):
     return {"all_reduce": x, "all_gather": out, "reduce_scatter": part, "all_to_all": out[:n], "broadcast": x}[coll]
 
 
+def _config(args, tracing, variant: str, blocking: bool = False) -> ccl.Config:
+    """The collectives' Config of this run: ``variant``, the backend, tracing and the launch shape
+    that ``--num-programs``, ``--num-warps`` and ``--block-size`` set (None: the library's)."""
+    return ccl.Config(variant=variant, backend=args.backend, blocking=blocking, trace=tracing.on,
+                      num_programs=args.num_programs, num_warps=args.num_warps, block_size=args.block_size)  # fmt: skip
+
+
+def _shape_note(args) -> str:
+    """The launch shape the run set, for the table's title ("" where the library chose)."""
+    parts = [f"{args.num_programs} programs", f"{args.num_warps} warps", f"blocks of {args.block_size}"]
+    chosen = [p for p, v in zip(parts, (args.num_programs, args.num_warps, args.block_size)) if v]
+    return ", " + ", ".join(chosen) + " a launch" if chosen else ""
+
+
 def _collective_row(name, x, out, part, nbytes, heap, args, tracing, timed, copy_bw, nccl):
     """One collective at one size: checked once against torch, then timed (and NCCL's, where there
     is a group); its row and its mismatch (None when it matched)."""
@@ -269,13 +289,12 @@ def _collective_row(name, x, out, part, nbytes, heap, args, tracing, timed, copy
     coll, _, variant = name.partition(":")
     # checked once against torch (blocking: raises at once)
     x.copy_(_input(rank, n, dev))
-    checked = ccl.Config(variant=variant or "auto", backend=args.backend, blocking=True, trace=tracing.on,
-                         num_programs=args.num_programs)  # fmt: skip
+    checked = _config(args, tracing, variant or "auto", blocking=True)
     _calls(x, out, part, n, checked)[coll]()
     found = validation.compare(_result(coll, x, out, part, n), expected(coll, rank, w, n), rank=rank,
                                what=f"{name} of {format_bytes(nbytes)} per rank")  # fmt: skip
     x.normal_()
-    cfg = ccl.Config(variant=variant or "auto", backend=args.backend, trace=tracing.on, num_programs=args.num_programs)
+    cfg = _config(args, tracing, variant or "auto")
     t = timed(_calls(x, out, part, n, cfg)[coll], args.iters)
     heap.barrier()  # surfaces any device-side timeout from the timed loop
     moved = traffic(coll, nbytes, w)
@@ -331,7 +350,7 @@ def _latency_rows(heap, args, tracing, timed, agree) -> list:
         for variant in LATENCY_VARIANTS:
             if variant == "one_shot_push" and nbytes > PUSH_BYTES:
                 continue
-            cfg = ccl.Config(variant=variant, backend=args.backend, trace=tracing.on, num_programs=args.num_programs)
+            cfg = _config(args, tracing, variant)
             call = lambda y=y, cfg=cfg: ccl.all_reduce(y, config=cfg)  # noqa: E731
             t = timed(call, max(1, args.latency_iters // args.reps))
             one = timing.time_launches(call, reps=1, iters=args.latency_iters, warmup=3, device=dev, queued=False)
@@ -413,8 +432,7 @@ def report(results: list, args: argparse.Namespace) -> int:
     if results[0]["nccl"]:
         columns += [("nccl_us", "nccl us", ".1f"), ("speedup_vs_nccl", "vs nccl", ".2f")]
     columns.append(("check", "vs torch", ""))
-    programs = f", {args.num_programs} programs a launch" if args.num_programs else ""
-    tables.print_table(f"iris.ccl, {args.ranks} ranks, backend {args.backend}{programs} (rank 0's times)", main,
+    tables.print_table(f"iris.ccl, {args.ranks} ranks, backend {args.backend}{_shape_note(args)} (rank 0's times)", main,
                        columns, caption=environment.summary(env))  # fmt: skip
     latency = [r for r in rows if r.get("latency")]
     if latency:
@@ -444,7 +462,7 @@ def report(results: list, args: argparse.Namespace) -> int:
               f"{exported['trace_export_s']:.1f} s")  # fmt: skip
     if args.csv:  # with --trace, every row also says how long the trace's export took
         tables.write_csv(args.csv, [dict(r, device=env["device"], mps=env["mps"], num_programs=args.num_programs or "",
-                                         **exported) for r in rows])  # fmt: skip
+                                         num_warps=args.num_warps or "", block_size=args.block_size or "", **exported) for r in rows])  # fmt: skip
         print(f"wrote {args.csv}")
     if args.plot:
         tables.plot(args.plot, main, x="bytes_per_rank", y="ratio_vs_copy", series="collective",

@@ -72,3 +72,21 @@ def test_a_small_block_or_many_programs_below_the_bound_is_capped_at_one_program
     assert _programs(many, "reduce_kernel", 1 << 24, True) == SMS // 4
     assert _programs(many, "gather_kernel", 1 << 24, True) == SMS // 4
     assert _programs(_shape(monkeypatch, 200), "reduce_kernel", 1 << 24, True) == 1  # at least one
+
+
+def test_the_environment_moves_the_bound_alike_for_every_rank_and_a_bad_value_says_which(monkeypatch):
+    launch_shape._tiles_from_env.cache_clear()
+    try:
+        monkeypatch.setenv(launch_shape.MEET_FIRST_TILES_ENV, "1")  # every tiled reduction meets
+        assert meets_first("reduce_kernel", 1, False, 2)
+        launch_shape._tiles_from_env.cache_clear()
+        monkeypatch.setenv(launch_shape.MEET_FIRST_TILES_ENV, "1000000")  # none does: the cap instead
+        assert not meets_first("reduce_kernel", 1 << 28, False, 4)
+        for bad in ("many", "0", "-3"):
+            launch_shape._tiles_from_env.cache_clear()
+            monkeypatch.setenv(launch_shape.MEET_FIRST_TILES_ENV, bad)
+            with pytest.raises(ValueError, match=f"IRIS_CCL_MEET_FIRST_TILES must be a positive int.*{bad}"):
+                meets_first("reduce_kernel", 1 << 20, False, 4)
+    finally:
+        monkeypatch.delenv(launch_shape.MEET_FIRST_TILES_ENV, raising=False)
+        launch_shape._tiles_from_env.cache_clear()

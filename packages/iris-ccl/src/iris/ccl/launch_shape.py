@@ -8,12 +8,21 @@ the defaults here.
 from __future__ import annotations
 
 import functools
+import os
 
 import torch
 
 from . import occupancy
 
-__all__ = ["DEFAULT_BLOCK", "MEET_FIRST_TILES", "PROGRAMS_PER_SM", "TILED_OVER", "LaunchShape", "meets_first"]
+__all__ = [
+    "DEFAULT_BLOCK",
+    "MEET_FIRST_TILES",
+    "MEET_FIRST_TILES_ENV",
+    "PROGRAMS_PER_SM",
+    "TILED_OVER",
+    "LaunchShape",
+    "meets_first",
+]
 
 DEFAULT_BLOCK = 4096  # elements per tile
 _DEFAULT_WARPS = {"cuda": 8, "cpu": 4}
@@ -38,6 +47,26 @@ PROGRAMS_PER_SM = {"reduce_kernel": 4, "gather_kernel": 1, "push_kernel": 1}
 #: ranks of its GPU instead. 128 is at most the multiprocessors of an H100 or H200 (132), so at the
 #: default block the smaller launches already run that few programs and lose nothing to the cap.
 MEET_FIRST_TILES = 128
+#: The environment variable that replaces ``MEET_FIRST_TILES`` for a run (a positive int; set it
+#: alike for every rank, as a launcher's environment is: ranks that decide differently raise a
+#: mismatch naming the meeting). A large value holds no meeting and caps every reduction at one
+#: program per multiprocessor over the ranks; 1 holds one before every tiled reduction. For
+#: timing the two cures against each other (ccl-bench), not for production.
+MEET_FIRST_TILES_ENV = "IRIS_CCL_MEET_FIRST_TILES"
+
+
+@functools.cache
+def _tiles_from_env() -> int | None:
+    raw = os.environ.get(MEET_FIRST_TILES_ENV)
+    if raw is None:
+        return None
+    try:
+        tiles = int(raw)
+    except ValueError:
+        tiles = 0
+    if tiles < 1:
+        raise ValueError(f"{MEET_FIRST_TILES_ENV} must be a positive int (tiles), got {raw!r}")
+    return tiles
 
 
 def meets_first(kernel_name: str, tiled: int | None, staged: bool, most_ranks_per_device: int) -> bool:
@@ -45,7 +74,8 @@ def meets_first(kernel_name: str, tiled: int | None, staged: bool, most_ranks_pe
     argument: a reduction's chunk) is preceded by a one-program meeting of the ranks: a kernel of
     more than one program per multiprocessor (``PROGRAMS_PER_SM``: the reductions) that does not
     stage its input in one program, where some GPU runs several ranks, whose tiles of
-    ``DEFAULT_BLOCK`` elements times ``most_ranks_per_device`` exceed ``MEET_FIRST_TILES``. The same
+    ``DEFAULT_BLOCK`` elements times ``most_ranks_per_device`` exceed ``MEET_FIRST_TILES`` (or
+    ``$IRIS_CCL_MEET_FIRST_TILES``). The same
     on every rank of a heap: the collectives derive ``tiled`` from the call's element count and
     the world size alone (all_reduce's chunk is ceil(n / W) on every rank), and
     ``most_ranks_per_device`` is world-uniform; never a rank's own block size, program count or
@@ -60,7 +90,8 @@ def meets_first(kernel_name: str, tiled: int | None, staged: bool, most_ranks_pe
     the default block costs nothing; above it the meeting costs one launch of one program."""
     if tiled is None or staged or most_ranks_per_device <= 1 or PROGRAMS_PER_SM.get(kernel_name, 1) <= 1:
         return False
-    return -(-tiled // DEFAULT_BLOCK) * most_ranks_per_device > MEET_FIRST_TILES
+    bound = _tiles_from_env() or MEET_FIRST_TILES
+    return -(-tiled // DEFAULT_BLOCK) * most_ranks_per_device > bound
 
 
 class LaunchShape:

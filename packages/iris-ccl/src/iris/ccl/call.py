@@ -166,8 +166,8 @@ class Call:
         ``num_warps`` (``num_stages``), which only the JIT's launch takes. Where some GPU runs
         several ranks, ``launch_shape.meets_first`` decides, alike on every rank, whether the launch
         is preceded by a one-program meeting (the barrier kernel, described as the call with CODE's
-        ``MEETING_FIRST``); a reduction that holds none runs at most one program per multiprocessor
-        over the ranks of its GPU."""
+        ``MEETING_FIRST``); a launch that holds none runs at most one program per multiprocessor
+        over the ranks of its GPU (what the gather and push kernels launch anyway)."""
         code = self.desc[0]
         unmet = False
         if grid is None and (self.gpu or _MEET_FIRST_ON_CPU) and self.heap.most_ranks_per_device > 1:

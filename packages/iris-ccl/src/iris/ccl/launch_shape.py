@@ -75,9 +75,8 @@ def meets_first(kernel_name: str, tiled: int | None, staged: bool, most_ranks_pe
     more than one program per multiprocessor (``PROGRAMS_PER_SM``: the reductions) that does not
     stage its input in one program, where some GPU runs several ranks, whose tiles of
     ``DEFAULT_BLOCK`` elements times ``most_ranks_per_device`` exceed ``MEET_FIRST_TILES`` (or
-    ``$IRIS_CCL_MEET_FIRST_TILES``). The same
-    on every rank of a heap: the collectives derive ``tiled`` from the call's element count and
-    the world size alone (all_reduce's chunk is ceil(n / W) on every rank), and
+    ``$IRIS_CCL_MEET_FIRST_TILES``). The same on every rank of a heap: the collectives derive
+    ``tiled`` from the call's element count and the world size alone (all_reduce's chunk is ceil(n / W) on every rank), and
     ``most_ranks_per_device`` is world-uniform; never a rank's own block size, program count or
     device. Two_shot all_reduce at 4 ranks of a GPU meets above 512 K elements (2 MiB of fp32),
     one_shot above 128 K.

@@ -22,6 +22,7 @@ __all__ = [
     "TILED_OVER",
     "LaunchShape",
     "meets_first",
+    "one_per_multiprocessor",
 ]
 
 DEFAULT_BLOCK = 4096  # elements per tile
@@ -126,7 +127,7 @@ class LaunchShape:
             return 1
         tiles = max(1, -(-arguments[over] // self.block))
         if unmet and self.device.type == "cuda":
-            tiles = min(tiles, max(1, _multiprocessors(self.device) // self.ranks_per_device))
+            tiles = min(tiles, one_per_multiprocessor(self.device, self.ranks_per_device))
         if self.num_programs:
             return min(tiles, self.num_programs)
         if self.device.type != "cuda":
@@ -141,3 +142,10 @@ class LaunchShape:
 @functools.cache
 def _multiprocessors(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def one_per_multiprocessor(device: torch.device, ranks_per_device: int) -> int:
+    """Programs a rank launches so that the ranks sharing ``device`` (a GPU) run one program per
+    multiprocessor together, at least one: the launch that always fits beside the others (the
+    fused kernels', the unfused operations' collectives', and a reduction's without a meeting)."""
+    return max(1, _multiprocessors(device) // ranks_per_device)

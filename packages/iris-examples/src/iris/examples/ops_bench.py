@@ -226,17 +226,6 @@ def _paths(op, heap, a, b, cfg, ccl_cfg, auto_cfg, chunked_cfg):
     return paths, results
 
 
-def _ccl_programs(heap) -> int | None:
-    """Programs of the baseline's collectives: on a GPU shared by the ranks, one per multiprocessor
-    and rank (as the fused kernels take). With their default (up to 4 per multiprocessor and rank)
-    the collective's programs, waiting at its entry on the ranks that got there first, leave no
-    multiprocessor room for a cuBLAS block of the rank still in its matmul, which then cannot
-    finish: the unfused matmul + reduce_scatter deadlocked on an H100 until the 60 s bound."""
-    if heap.device.type != "cuda" or heap.ranks_per_device == 1:
-        return None
-    return max(1, torch.cuda.get_device_properties(heap.device).multi_processor_count // heap.ranks_per_device)
-
-
 def rank_main(args: argparse.Namespace) -> dict:
     import torch.distributed as dist
 
@@ -258,7 +247,8 @@ def rank_main(args: argparse.Namespace) -> dict:
         ) as bar:
             cfg, auto_cfg = _config(args, tracing.on), _config(args, tracing.on, "auto")
             chunked_cfg = _config(args, tracing.on, "chunked")
-            ccl_cfg = ccl.Config(backend=args.backend, trace=tracing.on, num_programs=_ccl_programs(heap))
+            # the unfused operations' collectives, one program per multiprocessor and rank on a shared GPU
+            ccl_cfg = ops.reference.collective_config(heap, args.backend, trace=tracing.on)
             for shape in args.shapes:
                 for op in args.ops:
                     a_shape, b_shape = operands(op, shape, w)

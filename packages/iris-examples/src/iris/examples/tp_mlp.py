@@ -32,7 +32,7 @@ import iris.ops as ops
 
 from .harness import environment, tables, timing, trace, validation
 from .harness.options import positive_int
-from .ops_bench import _ccl_programs, parse_shape
+from .ops_bench import parse_shape
 
 __all__ = ["SUMMARY", "add_arguments", "check_arguments", "rank_main", "report"]
 
@@ -94,7 +94,7 @@ def rank_main(args: argparse.Namespace) -> dict:
             cfg = ops.Config(backend=args.backend, trace=tracing.on, variant=args.variant)
             ran = ", ".join(f"{op} {ops.config.variant_of(cfg, op, dev)}" for op in ("all_gather_matmul",
                                                                                      "matmul_reduce_scatter"))  # fmt: skip
-            ccl_cfg = ccl.Config(backend=args.backend, trace=tracing.on, num_programs=_ccl_programs(heap))
+            ccl_cfg = ops.reference.collective_config(heap, args.backend, trace=tracing.on)
             for shape in args.shapes:
                 t, hidden, inter = shape
                 x, w_up, w_down = _weights(shape, dtype, dev, w)

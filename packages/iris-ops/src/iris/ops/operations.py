@@ -24,6 +24,7 @@ import torch
 import iris.ccl as ccl
 from iris.ccl import _internals
 from iris.ccl.call import Call, kernels_of
+from iris.ccl.launch_shape import one_per_multiprocessor
 
 from . import chunked, custom_ops, description, reference
 from .arguments import check_heap, check_op, check_operands, check_out, output_like
@@ -78,11 +79,6 @@ def _target(device: torch.device):
     return triton.runtime.driver.active.get_current_target()
 
 
-@functools.cache
-def _multiprocessors(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 def _precision(dtype: torch.dtype) -> str | None:
     """fp32 products on tensor cores (TF32) only where torch's own matmul would use them."""
     if dtype != torch.float32:
@@ -103,7 +99,7 @@ class _Launch:
         if cfg.num_programs is not None:
             programs = cfg.num_programs
         elif heap.device.type == "cuda":  # every program of every rank on the GPU resident at once
-            programs = max(1, _multiprocessors(heap.device) // heap.ranks_per_device)
+            programs = one_per_multiprocessor(heap.device, heap.ranks_per_device)
         else:
             programs = _CPU_PROGRAMS
         tiles = blocks * -(-rows // cfg.block_m) * -(-n // cfg.block_n)

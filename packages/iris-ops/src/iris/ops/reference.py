@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 
 import iris.ccl as ccl
+from iris.ccl.launch_shape import one_per_multiprocessor
 from iris.ccl.workspace import workspace_of
 
 __all__ = ["all_gather_matmul", "collective_config", "matmul_all_gather", "matmul_all_reduce", "matmul_reduce_scatter"]
@@ -37,8 +38,7 @@ def collective_config(heap, backend: str = "triton", blocking: bool = False, tra
     rank never arrives, and the others time out (seen on an H100 with 4 ranks under MPS)."""
     programs = None
     if heap.device.type == "cuda" and heap.ranks_per_device > 1:
-        sms = torch.cuda.get_device_properties(heap.device).multi_processor_count
-        programs = max(1, sms // heap.ranks_per_device)
+        programs = one_per_multiprocessor(heap.device, heap.ranks_per_device)
     return ccl.Config(backend=backend, blocking=blocking, trace=trace, num_programs=programs)
 
 

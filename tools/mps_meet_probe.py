@@ -27,10 +27,12 @@ taking turns so that each sees the same machine:
   launches here: even the barrier, odd the all_reduce after it.
 
 On an H100 (docs/architecture.md, section "Ranks sharing a GPU: a timeout under MPS, and the
-meeting that avoids it") only ``equal``, ``random`` and ``single`` failed, so the collectives now
-hold that meeting themselves where ranks share a GPU (``iris.ccl.protocol.MEET_FIRST_ELEMENTS``): the
-default arms (``equal``, ``random``, ``single``) now run with it, and a run in which they no
-longer fail is the check that it cures the timeout (``barrier`` then meets twice).
+launch that avoids it") only ``equal``, ``random`` and ``single`` failed, never ``equal-33`` (one
+program per multiprocessor over 4 ranks), so the collectives now launch that way wherever ranks
+share a GPU (``iris.ccl.launch_shape.LaunchShape``; a 16 MiB two_shot at 4 ranks in 16-warp
+programs over 16384 elements): the default arms now run the cure, and a run in which they no
+longer fail is the check that it holds (``equal`` and ``equal-33`` are then one launch at 4
+ranks of a GPU of 132 multiprocessors).
 
 Per arm: groups, calls, failures, each failure's place in its group (0: the call after the
 spin), the ranks that gave up (``CollectiveTimeoutError``) and the first rank each found missing.

@@ -770,88 +770,72 @@ def auto_resolves_like_its_table(rank, world_size, backend):
         heap.close()
 
 
-def meeting_first(rank, world_size, backend):
-    """Where ranks share a device, a reduction's launch above ``launch_shape.meets_first``'s bound
-    is preceded by a one-program meeting (forced on CPU ranks here; the bound lowered, first so that
-    every reduction meets, then to 24 tiles of the default block over the ranks of a device, above
-    what one_shot stages in its kernel): every collective still matches
-    torch, on and off the heap, replayed from its plan, writing nothing outside its tensors; a call
-    launches one more kernel than without; a small call holds no meeting; and a rank that holds the
-    meeting where its peers do not raises a mismatch naming it on every rank, as they do; a rank
-    that skips such a call times its peers out at the meeting, their tensor untouched; and
-    ``reset()`` recovers after each."""
+def shared_gpu_tile(rank, world_size, backend):
+    """Where ranks share a GPU (forced here on every rank, with 8 multiprocessors on CPU ranks: one_shot's chunk
+    below the bound is then above what it stages in its kernel),
+    every tiled launch runs at most one program per multiprocessor over the ranks, and a reduction
+    whose chunk gives each of those programs a ``SHARED_GPU_TILE`` runs that tile (16384 elements,
+    16 warps) unless the config sets the tile: just below and at that size, two_shot and one_shot
+    all_reduce and reduce_scatter match torch on and off the heap (ragged: the chunk is no
+    multiple of the tile), replayed from their plans, writing nothing outside their tensors. Returns
+    the (kernel, BLOCK, warps, programs) of every tiled launch, in order."""
     from _ccl_faults import Guarded
 
     from iris.ccl import call, launch_shape
 
-    heap = iris.heap.init(1 << 23)
-    heap.wait_timeout = 30.0
-    tiles, launch_shape.MEET_FIRST_TILES = launch_shape.MEET_FIRST_TILES, 1  # every reduction meets
-    assert heap.most_ranks_per_device == world_size, heap.most_ranks_per_device  # CPU ranks share the CPU
-    bound = 24 // world_size * launch_shape.DEFAULT_BLOCK  # one_shot's chunk (the call) at most without a meeting
-    assert bound * 4 > call.FOLD_BYTES, "the small call below would be staged, and hold no meeting for that"
-    w, n = world_size, (bound // world_size + 1) * world_size  # just above the bound
-    cfg = ccl.Config(backend=backend, blocking=True)
-    workspace = None
-    try:
-        call._MEET_FIRST_ON_CPU = True
-        mem = Guarded(heap)
-        for on in (True, False):
-            x = mem.tensor(torch.full((n,), float(rank + 1)), on, f"x (heap={on})")
-            out = mem.tensor(torch.zeros(n * w), on, f"out (heap={on})")
-            part = mem.tensor(torch.zeros(n // w), on, f"part (heap={on})")
-            for _ in range(2):  # the second call replays the first one's plan
-                x.fill_(float(rank + 1))
-                ccl.all_reduce(x, config=cfg)
-                _check(x, torch.full((n,), float(w * (w + 1) // 2)), "all_reduce with a meeting first")
-                ccl.all_gather(out, x, config=cfg)
-                _check(out, torch.full((n * w,), float(w * (w + 1) // 2)), "all_gather with a meeting first")
-                ccl.reduce_scatter(part, x, config=cfg)
-                _check(part, torch.full((n // w,), float(w * w * (w + 1) // 2)), "reduce_scatter with a meeting first")
-        mem.assert_guards(rank, "after the collectives with a meeting first")
-        from iris.ccl.workspace import workspace_of
+    gpu = torch.cuda.is_available()
+    shared, sms = launch_shape.LaunchShape._shared_gpu, launch_shape._multiprocessors
+    tile, programs = launch_shape.LaunchShape.tile, launch_shape.LaunchShape.programs
+    seen, chosen = [], {}
 
-        workspace = workspace_of(heap)
-        launch_shape.MEET_FIRST_TILES = 24
-        y = heap.full((n,), 1.0)
-        before = workspace.launched
-        ccl.all_reduce(y, config=ccl.Config(backend=backend, variant="one_shot", blocking=True))
-        assert workspace.launched - before == 2, f"rank {rank}: {workspace.launched - before} launches, want 2"
-        small = heap.full((bound,), 1.0)
-        before = workspace.launched
-        ccl.all_reduce(small, config=ccl.Config(backend=backend, variant="one_shot", blocking=True))
-        assert workspace.launched - before == 1, f"rank {rank}: a small call held a meeting"
-        call._MEET_FIRST_ON_CPU = rank == w - 1  # only the last rank holds the meeting
-        heap.wait_timeout = 5.0
-        try:
-            ccl.all_reduce(y, config=ccl.Config(backend=backend, variant="one_shot", blocking=True))
-        except ccl.CollectiveMismatchError as e:
-            assert e.field == "meeting first", f"rank {rank}: the mismatch names {e.field!r}: {e}"
-        else:
-            raise AssertionError(f"rank {rank}: a meeting against a collective did not raise")
-        ccl.reset()
-        # The last rank skips a call whose meeting its peers hold: they time out at the meeting,
-        # naming it and the collective, and their tensor is left as it was.
-        call._MEET_FIRST_ON_CPU = True
-        launch_shape.MEET_FIRST_TILES = 1  # the default all_reduce's reduction meets too
-        heap.wait_timeout = 1.0
-        y.fill_(float(rank))
-        if rank != w - 1:
-            try:
-                ccl.all_reduce(y, config=ccl.Config(backend=backend, blocking=True))
-            except ccl.CollectiveTimeoutError as e:
-                assert e.missing_rank == w - 1 and e.collective == "all_reduce", f"rank {rank}: {e}"
-            else:
-                raise AssertionError(f"rank {rank}: a call its peer skipped returned")
-            _check(y, torch.full((n,), float(rank)), "the tensor of a call that timed out at its meeting")
-        dist.barrier()  # the skipper waits until its peers gave up
-        heap.wait_timeout = 30.0
-        ccl.reset()
-        y.fill_(1.0)
-        ccl.all_reduce(y, config=ccl.Config(backend=backend, blocking=True))
-        _check(y, torch.full((n,), float(w)), "all_reduce after reset()")
-        return True
+    def record_tile(self, kernel, arguments):
+        chosen[kernel.__name__] = tile(self, kernel, arguments)
+        return chosen[kernel.__name__]
+
+    def record_programs(self, kernel, arguments, args, constexprs, warps):
+        got = programs(self, kernel, arguments, args, constexprs, warps)
+        block, _ = chosen[kernel.__name__]
+        if block is not None and not arguments.get("staged"):
+            seen.append((kernel.__name__, constexprs["BLOCK"], warps, got))
+        return got
+
+    launch_shape.LaunchShape._shared_gpu = property(lambda self: True)
+    launch_shape.LaunchShape.tile, launch_shape.LaunchShape.programs = record_tile, record_programs
+    if not gpu:
+        launch_shape._multiprocessors = lambda device: 8
+    w = world_size
+    cap = launch_shape.one_per_multiprocessor(torch.device("cuda" if gpu else "cpu"), w)
+    fat = cap * launch_shape.SHARED_GPU_TILE[0]  # the smallest chunk that takes the shared GPU's tile
+    assert (fat - 1) * 4 > call.FOLD_BYTES, "one_shot below the bound would be staged, in one program"
+    big = w * (fat + 7)  # two_shot's and reduce_scatter's chunk: fat + 7 elements, ragged
+    heap = iris.heap.init(max(1 << 23, 16 * big * 4))
+    heap.wait_timeout = 30.0
+    try:
+        mem = Guarded(heap)
+        for n, on in ((w * (fat - 1), True), (big, True), (big, False)):
+            x = mem.tensor(torch.zeros(n), on, f"x ({n}, heap={on})")
+            part = mem.tensor(torch.zeros(n // w), on, f"part ({n}, heap={on})")
+            base = torch.arange(n, dtype=torch.float32) % 13
+            for _ in range(2):  # the second call replays the first one's plan
+                x.copy_(base + rank)
+                ccl.all_reduce(x, config=ccl.Config(backend=backend, variant="two_shot", blocking=True))
+                _check(x, base * w + w * (w - 1) // 2, f"two_shot all_reduce of {n}")
+                x.copy_(base + rank)
+                ccl.reduce_scatter(part, x, config=ccl.Config(backend=backend, blocking=True))
+                want = (base * w + w * (w - 1) // 2)[rank * (n // w) : (rank + 1) * (n // w)]
+                _check(part, want, f"reduce_scatter of {n}")
+        small = mem.tensor(torch.zeros(fat - 1), True, "small one_shot")
+        one = mem.tensor(torch.zeros(fat), True, "one_shot")
+        for t in (small, one):
+            t.copy_(torch.arange(t.numel(), dtype=torch.float32) % 5 + rank)
+            ccl.all_reduce(t, config=ccl.Config(backend=backend, variant="one_shot", blocking=True))
+            _check(t, (torch.arange(t.numel(), dtype=torch.float32) % 5) * w + w * (w - 1) // 2, "one_shot")
+        one.fill_(1.0)  # a tile set by the config is the config's
+        ccl.all_reduce(one, config=ccl.Config(backend=backend, variant="one_shot", num_warps=4, blocking=True))
+        _check(one, torch.full((fat,), float(w)), "one_shot with num_warps=4")
+        mem.assert_guards(rank, "after the reductions on a shared GPU")
+        return [(name, block, warps, progs <= cap) for name, block, warps, progs in seen]
     finally:
-        call._MEET_FIRST_ON_CPU = False
-        launch_shape.MEET_FIRST_TILES = tiles
+        launch_shape.LaunchShape._shared_gpu, launch_shape._multiprocessors = shared, sms
+        launch_shape.LaunchShape.tile, launch_shape.LaunchShape.programs = tile, programs
         heap.close()

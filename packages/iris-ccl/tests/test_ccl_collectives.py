@@ -2,7 +2,10 @@
 
 import _ccl_cases
 import pytest
+import torch
 from conftest import WORLD_SIZES
+
+from iris.ccl.launch_shape import DEFAULT_BLOCK, SHARED_GPU_TILE
 
 
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
@@ -99,5 +102,17 @@ def test_auto_runs_the_variant_its_table_names(world, backend, world_size):
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
-def test_a_meeting_first_where_ranks_share_a_device_keeps_results_and_mismatches(world, backend, world_size):
-    assert world.run(_ccl_cases.meeting_first, world_size, backend) == [True] * world_size
+def test_reductions_where_ranks_share_a_gpu_take_its_tile_above_a_bound_and_match_torch(world, backend, world_size):
+    """On a GPU shared by ranks, launches stay within one program per multiprocessor over them, and
+    the reductions whose chunk can give each program a ``SHARED_GPU_TILE`` take it (unless the
+    config sets the tile)."""
+    launches = world.run(_ccl_cases.shared_gpu_tile, world_size, backend)
+    assert all(got == launches[0] for got in launches), "ranks tiled alike here"
+    assert all(capped for *_, capped in launches[0]), launches[0]
+    default = (DEFAULT_BLOCK, 8 if torch.cuda.is_available() else 4)
+    fat = SHARED_GPU_TILE
+    # below the bound, then at it on and off the heap (two_shot and reduce_scatter, twice each);
+    # one_shot below and at it, then with the config's num_warps
+    want = [default] * 4 + [fat] * 8 + [default, fat, (DEFAULT_BLOCK, 4)]
+    assert [(block, warps) for _, block, warps, _ in launches[0]] == want, launches[0]
+    assert {name for name, *_ in launches[0]} == {"reduce_kernel"}

@@ -1,5 +1,6 @@
-"""iris.ccl.launch_shape: where ranks share a GPU, which reductions meet first, and how many
-programs the others launch (compile-free: the GPU's size and the kernel's occupancy are given)."""
+"""iris.ccl.launch_shape: how many programs of which tile a collective's kernel launches, on a GPU
+of one rank and where ranks share a GPU (compile-free: the GPU's size and the kernel's occupancy
+are given)."""
 
 import types
 
@@ -7,86 +8,81 @@ import pytest
 import torch
 
 from iris.ccl import launch_shape
-from iris.ccl.launch_shape import DEFAULT_BLOCK, MEET_FIRST_TILES, LaunchShape, meets_first
+from iris.ccl.launch_shape import DEFAULT_BLOCK, PROGRAMS_PER_SM, SHARED_GPU_TILE, LaunchShape
 
 SMS = 132  # an H100's or H200's multiprocessors
+FAT, FAT_WARPS = SHARED_GPU_TILE
 
 
 def _kernel(name):
     return types.SimpleNamespace(__name__=name)
 
 
-def _shape(monkeypatch, ranks_per_device, block_size=None, num_programs=None):
+def _shape(monkeypatch, ranks_per_device, block_size=None, num_programs=None, num_warps=None, device="cuda"):
     monkeypatch.setattr(launch_shape, "_multiprocessors", lambda device: SMS)
     monkeypatch.setattr(launch_shape.occupancy, "resident_per_sm", lambda kernel, args, launch, device: 4)
-    config = types.SimpleNamespace(block_size=block_size, num_warps=8, num_programs=num_programs)
-    heap = types.SimpleNamespace(device=torch.device("cuda", 0), ranks_per_device=ranks_per_device)
+    config = types.SimpleNamespace(block_size=block_size, num_warps=num_warps, num_programs=num_programs)
+    heap = types.SimpleNamespace(device=torch.device(device, 0), ranks_per_device=ranks_per_device)
     return LaunchShape(config, heap)
 
 
-def _programs(shape, name, chunk, unmet):
-    over = launch_shape.TILED_OVER[name]
-    return shape.programs(_kernel(name), {over: chunk}, (), {}, unmet)
+def _launch(shape, name, elements, staged=0):
+    """``(BLOCK, warps, programs)`` of a launch of ``name`` over ``elements`` a rank."""
+    arguments = {launch_shape.TILED_OVER[name]: elements, "staged": staged}
+    block, warps = shape.tile(_kernel(name), arguments)
+    return block, warps, shape.programs(_kernel(name), arguments, (), {"BLOCK": block}, warps)
+
+
+def test_a_gpu_of_one_rank_runs_the_default_tile_at_the_kernels_programs_per_multiprocessor(monkeypatch):
+    shape = _shape(monkeypatch, 1)
+    assert _launch(shape, "reduce_kernel", 1 << 28) == (DEFAULT_BLOCK, 8, PROGRAMS_PER_SM["reduce_kernel"] * SMS)
+    assert _launch(shape, "gather_kernel", 1 << 28) == (DEFAULT_BLOCK, 8, SMS)
+    assert _launch(shape, "reduce_kernel", 3 * DEFAULT_BLOCK - 1) == (DEFAULT_BLOCK, 8, 3)  # one per tile
+    assert _launch(shape, "reduce_kernel", 1 << 28, staged=1)[2] == 1  # a staged kernel: one program
+    assert _launch(_shape(monkeypatch, 1, num_programs=500), "reduce_kernel", 1 << 28)[2] == 500
+    assert _shape(monkeypatch, 1).tile(_kernel("barrier_kernel"), {}) == (None, 8)  # not tiled
 
 
 @pytest.mark.parametrize("ranks", [2, 3, 4, 8])
-def test_a_reduction_meets_first_only_above_the_bound_and_only_where_ranks_share_a_gpu(ranks):
-    bound = MEET_FIRST_TILES // ranks * DEFAULT_BLOCK  # elements a rank tiles over, at most, without a meeting
-    assert meets_first("reduce_kernel", bound + 1, False, ranks)
-    assert not meets_first("reduce_kernel", bound, False, ranks)
-    assert not meets_first("reduce_kernel", bound + 1, True, ranks)  # staged: one program
-    assert not meets_first("gather_kernel", 1 << 30, False, ranks)  # one program per multiprocessor already
-    assert not meets_first("push_kernel", 1 << 30, False, ranks)
-    assert not meets_first("barrier_kernel", None, False, ranks)  # not tiled
-    assert not meets_first("reduce_kernel", 1 << 30, False, 1)  # no GPU runs two ranks
-
-
-def test_two_shot_at_four_ranks_of_a_gpu_meets_above_2_mib_of_fp32_and_one_shot_above_512_kib():
-    """The bound reads the elements each rank reduces: two_shot's chunk is a quarter of the call."""
-    n = 1 << 19  # 2 MiB of fp32
-    assert not meets_first("reduce_kernel", -(-n // 4), False, 4) and meets_first("reduce_kernel", -(-(n + 4) // 4),
-                                                                                    False, 4)  # fmt: skip
-    assert not meets_first("reduce_kernel", n // 4, False, 4) and meets_first("reduce_kernel", n // 4 + 1, False, 4)
+def test_where_ranks_share_a_gpu_every_tiled_launch_runs_one_program_per_multiprocessor_over_them(monkeypatch, ranks):
+    """Every rank's programs together stay within one per multiprocessor, the launch that never
+    timed out under MPS, whatever block or program count the config asks for."""
+    cap = SMS // ranks
+    for name in launch_shape.TILED_OVER:
+        assert _launch(_shape(monkeypatch, ranks), name, 1 << 28)[2] == cap
+        assert _launch(_shape(monkeypatch, ranks, block_size=16), name, 1 << 20)[2] == cap
+        assert _launch(_shape(monkeypatch, ranks, num_programs=500), name, 1 << 28)[2] == cap
+        assert _launch(_shape(monkeypatch, ranks, num_programs=5), name, 1 << 28)[2] == 5
+        assert _launch(_shape(monkeypatch, ranks), name, DEFAULT_BLOCK + 1)[2] == 2  # one per tile
+    assert _launch(_shape(monkeypatch, 200), "reduce_kernel", 1 << 28)[2] == 1  # at least one
 
 
 @pytest.mark.parametrize("ranks", [2, 3, 4, 8])
-def test_at_the_default_block_a_call_below_the_bound_launches_as_many_programs_as_without_the_cap(monkeypatch, ranks):
-    """The cap for calls that hold no meeting costs the default launch nothing on an H100/H200:
-    the largest launch without a meeting already fits it."""
+def test_a_reduction_on_a_shared_gpu_takes_its_tile_once_every_program_gets_one(monkeypatch, ranks):
     shape = _shape(monkeypatch, ranks)
-    bound = MEET_FIRST_TILES // ranks * DEFAULT_BLOCK
-    for chunk in (1, DEFAULT_BLOCK, bound // ranks, bound):
-        assert _programs(shape, "reduce_kernel", chunk, True) == _programs(shape, "reduce_kernel", chunk, False)
-    assert _programs(shape, "reduce_kernel", bound, True) <= SMS // ranks
+    bound = SMS // ranks * FAT  # the chunk at which every program has a tile of FAT elements
+    assert _launch(shape, "reduce_kernel", bound - 1) == (DEFAULT_BLOCK, 8, SMS // ranks)
+    assert _launch(shape, "reduce_kernel", bound) == (FAT, FAT_WARPS, SMS // ranks)
+    assert _launch(shape, "reduce_kernel", 1 << 30) == (FAT, FAT_WARPS, SMS // ranks)
+    assert _launch(shape, "reduce_kernel", 1 << 30, staged=1) == (DEFAULT_BLOCK, 8, 1)
+    for name in ("gather_kernel", "push_kernel"):  # one program per multiprocessor at the default tile already
+        assert _launch(shape, name, 1 << 30)[:2] == (DEFAULT_BLOCK, 8)
+    assert _launch(_shape(monkeypatch, 1), "reduce_kernel", 1 << 30)[:2] == (DEFAULT_BLOCK, 8)  # a GPU of its own
+    assert _launch(_shape(monkeypatch, ranks, device="cpu"), "reduce_kernel", 1 << 30)[:2] == (DEFAULT_BLOCK, 4)
+    # fewer programs than the cap: the bound is theirs
+    assert _launch(_shape(monkeypatch, ranks, num_programs=2), "reduce_kernel", 2 * FAT) == (FAT, FAT_WARPS, 2)
 
 
-def test_a_small_block_or_many_programs_below_the_bound_is_capped_at_one_program_per_multiprocessor(monkeypatch):
-    """Without a meeting, every rank's programs together stay within one per multiprocessor, the
-    launch that never timed out under MPS, whatever block or program count the config asks for."""
-    bound = MEET_FIRST_TILES // 4 * DEFAULT_BLOCK
-    small = _shape(monkeypatch, 4, block_size=16)
-    assert _programs(small, "reduce_kernel", bound, False) == 4 * SMS // 4  # 4 per multiprocessor
-    assert _programs(small, "reduce_kernel", bound, True) == SMS // 4
-    many = _shape(monkeypatch, 4, num_programs=500)
-    assert _programs(many, "reduce_kernel", 1 << 24, False) == 500  # a launch the ranks met before
-    assert _programs(many, "reduce_kernel", 1 << 24, True) == SMS // 4
-    assert _programs(many, "gather_kernel", 1 << 24, True) == SMS // 4
-    assert _programs(_shape(monkeypatch, 200), "reduce_kernel", 1 << 24, True) == 1  # at least one
+def test_a_tile_the_config_sets_is_the_configs_on_a_shared_gpu_too(monkeypatch):
+    assert _launch(_shape(monkeypatch, 4, num_warps=4), "reduce_kernel", 1 << 30)[:2] == (DEFAULT_BLOCK, 4)
+    assert _launch(_shape(monkeypatch, 4, block_size=1024), "reduce_kernel", 1 << 30)[:2] == (1024, 8)
+    assert _launch(_shape(monkeypatch, 4, block_size=FAT, num_warps=32), "reduce_kernel", 1 << 30)[:2] == (FAT, 32)
 
 
-def test_the_environment_moves_the_bound_alike_for_every_rank_and_a_bad_value_says_which(monkeypatch):
-    launch_shape._tiles_from_env.cache_clear()
-    try:
-        monkeypatch.setenv(launch_shape.MEET_FIRST_TILES_ENV, "1")  # every tiled reduction meets
-        assert meets_first("reduce_kernel", 1, False, 2)
-        launch_shape._tiles_from_env.cache_clear()
-        monkeypatch.setenv(launch_shape.MEET_FIRST_TILES_ENV, "1000000")  # none does: the cap instead
-        assert not meets_first("reduce_kernel", 1 << 28, False, 4)
-        for bad in ("many", "0", "-3"):
-            launch_shape._tiles_from_env.cache_clear()
-            monkeypatch.setenv(launch_shape.MEET_FIRST_TILES_ENV, bad)
-            with pytest.raises(ValueError, match=f"IRIS_CCL_MEET_FIRST_TILES must be a positive int.*{bad}"):
-                meets_first("reduce_kernel", 1 << 20, False, 4)
-    finally:
-        monkeypatch.delenv(launch_shape.MEET_FIRST_TILES_ENV, raising=False)
-        launch_shape._tiles_from_env.cache_clear()
+def test_two_shot_at_four_ranks_of_an_h100_takes_the_shared_tile_from_8_mib_of_fp32(monkeypatch):
+    """two_shot's chunk is a quarter of the call: 33 programs x 16384 elements = 528 K elements a
+    chunk, a call of 2 M elements (8.25 MiB of fp32) a rank."""
+    shape = _shape(monkeypatch, 4)
+    n = 4 * 33 * FAT
+    assert _launch(shape, "reduce_kernel", -(-(n - 4) // 4))[0] == DEFAULT_BLOCK
+    assert _launch(shape, "reduce_kernel", -(-n // 4))[0] == FAT

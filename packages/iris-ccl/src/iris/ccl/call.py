@@ -15,7 +15,7 @@ import torch
 
 from . import _launch, protocol
 from .config import DEFAULT, Config
-from .launch_shape import TILED_OVER, LaunchShape, meets_first
+from .launch_shape import LaunchShape
 from .plans import MAX_PLANS, Plan
 from .workspace import Workspace, workspace_of
 
@@ -31,10 +31,6 @@ _KERNELS: dict = {}  # (package, backend) -> its kernel module, once imported
 #: copy in must end before its entry, so one program makes it: its programs never wait for one
 #: another).
 FOLD_BYTES = 64 * 1024
-
-
-#: The meeting on CPU ranks too (tests: there every rank shares the CPU, and nothing needs it).
-_MEET_FIRST_ON_CPU = False
 
 
 def kernels_of(backend: str, package: str = "iris.ccl"):
@@ -163,37 +159,24 @@ class Call:
         """Launch ``kernel`` with ``arguments`` (by its parameters' names; the description, the
         sync block and, unless ``grid`` and ``num_warps`` are given, the collectives' launch shape
         are added), then wait if the config is blocking. ``options``: launch options beyond
-        ``num_warps`` (``num_stages``), which only the JIT's launch takes. Where some GPU runs
-        several ranks, ``launch_shape.meets_first`` decides, alike on every rank, whether the launch
-        is preceded by a one-program meeting (the barrier kernel, described as the call with CODE's
-        ``MEETING_FIRST``); a launch that holds none runs at most one program per multiprocessor
-        over the ranks of its GPU (what the gather and push kernels launch anyway)."""
-        code = self.desc[0]
-        unmet = False
-        if grid is None and (self.gpu or _MEET_FIRST_ON_CPU) and self.heap.most_ranks_per_device > 1:
-            tiled = arguments.get(TILED_OVER.get(kernel.__name__, ""))
-            if meets_first(kernel.__name__, tiled, bool(arguments.get("staged")), self.heap.most_ranks_per_device):
-                self._launch(kernels_of(self.config.backend).barrier_kernel, 1, self._warps(), None,
-                             code | protocol.MEETING_FIRST, {})  # fmt: skip
-            else:
-                unmet = True
-        self._launch(kernel, grid, num_warps, options, code, arguments, unmet)
+        ``num_warps`` (``num_stages``), which only the JIT's launch takes."""
+        self._launch(kernel, grid, num_warps, options, arguments)
         if self.config.blocking:
             self.wait()
 
-    def _launch(self, kernel, grid, num_warps, options, code, arguments, unmet: bool = False) -> None:
-        """One launch of ``kernel``, described by ``code`` and the call's other words, recorded in
-        the plan; ``unmet``: ``LaunchShape.programs``' argument."""
-        _, numel, off_a, off_b, shape = self.desc
+    def _launch(self, kernel, grid, num_warps, options, arguments) -> None:
+        """One launch of ``kernel``, described by the call's words, recorded in the plan."""
+        code, numel, off_a, off_b, shape = self.desc
         workspace = self.workspace
         arguments.update(context_ptr=self.heap.context, sync=workspace.sync, CODE=code, NUMEL=numel, OFF_A=off_a,
                          OFF_B=off_b, SHAPE=shape, FLAGS=workspace.flags, SCOPE=workspace.scope,
                          TRACE=self.config.trace)  # fmt: skip
-        if grid is None:
-            arguments.update(self.shape.constexprs(kernel))
+        block, warps = self.shape.tile(kernel, arguments)
+        if grid is None and block is not None:
+            arguments["BLOCK"] = block
+        warps = warps if num_warps is None else num_warps
         args, constexprs = _launch.positional(kernel, arguments)
-        grid = (self.shape.programs(kernel, arguments, args, constexprs, unmet) if grid is None else grid,)
-        warps = self.shape.warps if num_warps is None else num_warps
+        grid = (self.shape.programs(kernel, arguments, args, constexprs, warps) if grid is None else grid,)
         with workspace.launching(self.name):
             if self.gpu and _launch.DIRECT_LAUNCH and not options:
                 _launch.launch(kernel, grid, args, constexprs, warps)

@@ -86,8 +86,7 @@ from iris.heap import context as abi
 
 from .errors import CollectiveAbandonedError, CollectiveMismatchError, CollectiveTimeoutError
 
-__all__ = ["KINDS", "VARIANTS", "REDUCE_OPS", "OPS", "DESC_WORDS", "DESC_SLOTS", "DESC_ARGS", "MEETING_FIRST",
-           "UNSPECIALIZED",
+__all__ = ["KINDS", "VARIANTS", "REDUCE_OPS", "OPS", "DESC_WORDS", "DESC_SLOTS", "DESC_ARGS", "UNSPECIALIZED",
            "TAG_BITS", "KindFields", "describe", "decode", "register_kind", "register_variant", "translate_error",
            "typed", "unspecialized"]  # fmt: skip
 
@@ -185,13 +184,7 @@ _DTYPE_ID = {d: i + 1 for i, d in enumerate(DTYPES)}
 
 # CODE's bit fields: (name, shift, width)
 _BITS = (("collective", 0, 4), ("variant", 4, 4), ("op", 8, 4), ("dtype", 12, 8), ("on heap", 20, 4), ("src", 24, 20),
-         ("memory layout", 44, 16), ("meeting first", 60, 1))  # fmt: skip
-#: CODE's bit of the one-program meeting that precedes a reduction's launch where ranks share a GPU
-#: (``launch_shape.meets_first``, which says why and when): the meeting is described as the call
-#: it precedes with this bit set, so ranks that disagree on holding it (their element counts lie
-#: on both sides of the bound) raise a mismatch naming it instead of pairing a meeting with a
-#: collective.
-MEETING_FIRST = 1 << 60
+         ("memory layout", 44, 16))  # fmt: skip
 
 
 @functools.lru_cache(maxsize=4096)
@@ -219,7 +212,6 @@ def decode(code: int) -> dict[str, object]:
         "op": inverse(OPS, raw["op"]) or "-",
         "dtype": DTYPES[raw["dtype"] - 1] if 0 < raw["dtype"] <= len(DTYPES) else "-",
         "on heap": raw["on heap"],
-        "meeting first": "held (a reduction that can fill a shared GPU)" if raw["meeting first"] else "not held",
     }
     own = _FIELDS_OF.get(raw["collective"])
     if own is None:

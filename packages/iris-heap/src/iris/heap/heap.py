@@ -181,8 +181,6 @@ class SymmetricHeap(TensorFactories):
             },
         )
         self._ranks_per_device, self._processes = _placements(self._control, self.device)
-        devices = [device for device, _, _ in self._processes]
-        self._most_ranks_per_device = max(devices.count(d) for d in set(devices))
         self._transport = transport_cls(size, self.device, self._control)
         self.size = size
         self._alloc = BlockAllocator(size)
@@ -324,13 +322,6 @@ class SymmetricHeap(TensorFactories):
         the world size.
         """
         return self._ranks_per_device
-
-    @property
-    def most_ranks_per_device(self) -> int:
-        """The most ranks of this heap that run on one device, the same on every rank (agreed at
-        init): above 1 where some device is shared, which a protocol that every rank must follow
-        alike can decide on, where ``ranks_per_device`` may differ between ranks."""
-        return self._most_ranks_per_device
 
     # -- allocation -------------------------------------------------------------------------
     def _allocate(

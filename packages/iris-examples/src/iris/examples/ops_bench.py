@@ -248,7 +248,7 @@ def rank_main(args: argparse.Namespace) -> dict:
             cfg, auto_cfg = _config(args, tracing.on), _config(args, tracing.on, "auto")
             chunked_cfg = _config(args, tracing.on, "chunked")
             # the unfused operations' collectives, one program per multiprocessor and rank on a shared GPU
-            ccl_cfg = ops.reference.collective_config(heap, args.backend, trace=tracing.on)
+            ccl_cfg = ops.reference.collective_config(args.backend, trace=tracing.on)
             for shape in args.shapes:
                 for op in args.ops:
                     a_shape, b_shape = operands(op, shape, w)

@@ -94,7 +94,7 @@ def rank_main(args: argparse.Namespace) -> dict:
             cfg = ops.Config(backend=args.backend, trace=tracing.on, variant=args.variant)
             ran = ", ".join(f"{op} {ops.config.variant_of(cfg, op, dev)}" for op in ("all_gather_matmul",
                                                                                      "matmul_reduce_scatter"))  # fmt: skip
-            ccl_cfg = ops.reference.collective_config(heap, args.backend, trace=tracing.on)
+            ccl_cfg = ops.reference.collective_config(args.backend, trace=tracing.on)
             for shape in args.shapes:
                 t, hidden, inter = shape
                 x, w_up, w_down = _weights(shape, dtype, dev, w)

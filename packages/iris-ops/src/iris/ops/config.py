@@ -70,7 +70,7 @@ class Config:
       collective with its defaults (``iris.ops.reference``), the chunked one ``iris.ops.chunked``.
     - ``chunks``: the chunked variant's row chunks, in [1, ``MAX_CHUNKS``] (fewer where there are
       fewer rows; default ``iris.ops.chunked.DEFAULT_CHUNKS``). There ``num_programs`` is the
-      collectives' programs (default: the unfused variant's, ``reference.collective_config``).
+      collectives' programs (default: the collectives' own launch, ``reference.collective_config``).
     - ``blocking``, ``trace``: as ``iris.ccl.Config``'s (wait and raise at once; record the
       kernel's phases into ``heap.tracing``: entry and exit waits, each tile's product, each
       tile's stores to or loads from a peer, each wait for peers' tiles).

@@ -50,7 +50,7 @@ def _unfused(name: str, config: Config | None, heap) -> ccl.Config | None:
     if variant_of(config, name, heap.device) != "unfused":
         return None
     cfg = config or DEFAULT
-    return reference.collective_config(heap, cfg.backend, cfg.blocking, cfg.trace)
+    return reference.collective_config(cfg.backend, cfg.blocking, cfg.trace)
 
 
 def _chunked(name: str, config: Config | None, heap) -> tuple[int, ccl.Config] | None:
@@ -59,7 +59,7 @@ def _chunked(name: str, config: Config | None, heap) -> tuple[int, ccl.Config] |
     if variant_of(config, name, heap.device) != "chunked":
         return None
     chunks = config.chunks or chunked.DEFAULT_CHUNKS["cuda" if heap.device.type == "cuda" else "cpu"]
-    collective = reference.collective_config(heap, config.backend, config.blocking, config.trace)
+    collective = reference.collective_config(config.backend, config.blocking, config.trace)
     if config.num_programs is not None:
         collective = dataclasses.replace(collective, num_programs=config.num_programs)
     return chunks, collective

@@ -9,9 +9,7 @@ order), so the two agree to the last bit wherever the GEMMs do.
 Buffers that peers reach (the gathered rows, the products a reduction reads) are the heap's:
 the caller's ``out`` where it is a row-major heap tensor, else the reserved ``ops.unfused``
 staging (``iris.ccl.workspace``), so the collective moves them in place and nothing is copied
-twice. ``config`` is the collective's (an ``iris.ccl.Config``); by default, where ranks share a
-GPU, one program per multiprocessor and rank (``collective_config``): the collective's programs
-that wait at its entry for a rank still in its matmul then leave that matmul room to finish.
+twice. ``config`` is the collective's (an ``iris.ccl.Config``; by default ``collective_config``).
 """
 
 from __future__ import annotations
@@ -19,7 +17,6 @@ from __future__ import annotations
 import torch
 
 import iris.ccl as ccl
-from iris.ccl.launch_shape import one_per_multiprocessor
 from iris.ccl.workspace import workspace_of
 
 __all__ = ["all_gather_matmul", "collective_config", "matmul_all_gather", "matmul_all_reduce", "matmul_reduce_scatter"]
@@ -28,18 +25,17 @@ __all__ = ["all_gather_matmul", "collective_config", "matmul_all_gather", "matmu
 _ROLE = "ops.unfused"
 
 
-def collective_config(heap, backend: str = "triton", blocking: bool = False, trace: bool = False) -> ccl.Config:
+def collective_config(backend: str = "triton", blocking: bool = False, trace: bool = False) -> ccl.Config:
     """The collective's ``Config`` in an unfused operation: ``backend``, ``blocking`` and ``trace``
-    as the operation's; where ranks share a GPU, ``num_programs`` one per multiprocessor and rank.
+    as the operation's, the launch the collectives' own.
 
-    With the collectives' default launch (up to 4 programs per multiprocessor and rank) the
-    programs of the ranks that reached the collective first, waiting at its entry, can hold every
-    multiprocessor's registers so that no block of a rank still in its ``torch.matmul`` fits: that
-    rank never arrives, and the others time out (seen on an H100 with 4 ranks under MPS)."""
-    programs = None
-    if heap.device.type == "cuda" and heap.ranks_per_device > 1:
-        programs = one_per_multiprocessor(heap.device, heap.ranks_per_device)
-    return ccl.Config(backend=backend, blocking=blocking, trace=trace, num_programs=programs)
+    Where ranks share a GPU that launch is at most one program per multiprocessor over them
+    (``iris.ccl.launch_shape``), which also leaves a rank still in its ``torch.matmul`` room to
+    finish: with up to 4 programs per multiprocessor and rank, the programs of the ranks that
+    reached the collective first, waiting at its entry, held every multiprocessor's registers so
+    that the late rank's matmul could not run, and the others timed out (an H100, 4 ranks under
+    MPS)."""
+    return ccl.Config(backend=backend, blocking=blocking, trace=trace)
 
 
 def _in_place(heap, t) -> bool:
@@ -54,8 +50,8 @@ def _staging(heap, shape: tuple[int, ...], dtype: torch.dtype, role: str = _ROLE
     return workspace_of(heap).staging(role, torch.empty(shape, dtype=dtype, device="meta"))
 
 
-def _config(heap, config):
-    return collective_config(heap) if config is None else config
+def _config(config):
+    return collective_config() if config is None else config
 
 
 def all_gather_matmul(a, b, *, out=None, return_gathered=False, heap=None, config=None):
@@ -67,7 +63,7 @@ def all_gather_matmul(a, b, *, out=None, return_gathered=False, heap=None, confi
         gathered = torch.empty(shape, dtype=a.dtype, device=a.device)
     else:
         gathered = _staging(heap, shape, a.dtype)
-    ccl.all_gather(gathered, a.contiguous(), heap=heap, config=_config(heap, config))  # rows, as gathered lays them
+    ccl.all_gather(gathered, a.contiguous(), heap=heap, config=_config(config))  # rows, as gathered lays them
     c = torch.matmul(gathered, b) if out is None else torch.matmul(gathered, b, out=out)
     return (gathered, c) if return_gathered else c
 
@@ -80,7 +76,7 @@ def matmul_all_gather(a, b, *, out=None, heap=None, config=None):
     part = torch.matmul(a, b)
     stacked = out is not None and out.dim() == 3
     blocks = out if stacked and _in_place(heap, out) else _staging(heap, (w, m, n), part.dtype)
-    ccl.all_gather(blocks, part, heap=heap, config=_config(heap, config))
+    ccl.all_gather(blocks, part, heap=heap, config=_config(config))
     if blocks is out:
         return out
     if stacked:
@@ -101,14 +97,14 @@ def matmul_reduce_scatter(a, b, op="sum", *, out=None, heap=None, config=None):
     part = _product(heap, a, b, None)
     if out is None:
         out = torch.empty((part.shape[0] // heap.world_size, part.shape[1]), dtype=part.dtype, device=part.device)
-    return ccl.reduce_scatter(out, part, op, heap=heap, config=_config(heap, config))
+    return ccl.reduce_scatter(out, part, op, heap=heap, config=_config(config))
 
 
 def matmul_all_reduce(a, b, op="sum", *, out=None, heap=None, config=None):
     """``torch.matmul(a, b)`` (M x N per rank), then ``all_reduce`` in place (in ``out`` if given)."""
     heap = ccl.arguments.check_heap(heap)
     part = _product(heap, a, b, out)
-    ccl.all_reduce(part, op, heap=heap, config=_config(heap, config))
+    ccl.all_reduce(part, op, heap=heap, config=_config(config))
     if out is None:
         return part.clone()  # the staging is the workspace's: the caller gets a tensor of its own
     return part if part is out else out.copy_(part)

@@ -101,11 +101,13 @@ def _csv(path):
 
 
 def test_heap_bench_sweeps_world_sizes(tmp_path):
-    """One launch per world size; the CSV columns are those tools/benchmarks.py renders."""
+    """One launch per world size; the CSV columns are those tools/benchmarks.py renders (the
+    profile of init is printed only)."""
     table = tmp_path / "heap.csv"
     out = _ok(run_cli("heap-bench", "--ranks", "1", "2", "--pairs", "200", "--init-sizes", "1M", "--repeats", "1",
-                      "--csv", str(table)))  # fmt: skip
+                      "--profile-init", "3", "--csv", str(table)))  # fmt: skip
     assert "heap.empty+free us/pair" in out and "init ms" in out
+    assert "where init + close spends its time" in out and "own ms" in out
     columns, rows = _csv(table)
     assert columns == ["allocator_us", "bench", "close_ms", "collective_calls", "device", "full_us", "heap_bytes",
                        "init_ms", "ranks", "torch_empty_us", "transport"]  # fmt: skip

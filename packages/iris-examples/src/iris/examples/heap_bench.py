@@ -11,13 +11,22 @@ measured in the same rank processes after the allocation run (so not the CUDA co
 start-up), once per transport of ``--transports`` (default ``auto``: ``cuda-ipc`` on a GPU,
 ``shm`` on CPU ranks; name ``cuda-ipc cuda-vmm`` to compare the GPU's two). Every world size of
 ``--ranks`` is a launch of its own; the tables show the slowest rank of each. Runs no kernels.
+
+``--profile-init N``: where init spends its time. Each timed init + close also runs under
+``cProfile``, and a third table lists, per transport, size and world size, the N functions with
+the most time of their own (driver and runtime calls appear by name, ``cuMemCreate``, ``cudaMalloc``;
+a rank's wait for its peers in ``recv`` or ``accept``), in ms per init + close on the slowest rank
+(the profiler's own cost included: compare the transports within one run, not with the init table).
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
+import cProfile
 import functools
+import pstats
 import random
 import statistics
 import time
@@ -108,7 +117,7 @@ def _alloc_rank(pairs):
     }, device
 
 
-def _init_times(size, repeats, transport="auto"):
+def _init_times(size, repeats, transport="auto", profile=0):
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -117,11 +126,33 @@ def _init_times(size, repeats, transport="auto"):
         name = heap.transport_name
         heap.close()
         times.append((t1 - t0, time.perf_counter() - t1))
-    return {
+    result = {
         "init_ms": statistics.median(t for t, _ in times) * 1e3,
         "close_ms": statistics.median(c for _, c in times) * 1e3,
         "transport": name,
     }
+    if profile:
+        result["profile"] = _profiled_inits(size, repeats, transport, profile)
+    return result
+
+
+def _profiled_inits(size, repeats, transport, most):
+    """The ``most`` functions with the most time of their own over ``repeats`` profiled inits +
+    closes: ``[(function, calls per init, own ms per init, cumulative ms per init)]``."""
+    profiler = cProfile.Profile()
+    for _ in range(repeats):
+        profiler.enable()
+        iris.heap.init(size, transport=transport).close()
+        profiler.disable()
+    stats = pstats.Stats(profiler).stats  # (file, line, name) -> (calls, primitive calls, own s, cumulative s, callers)
+    own = collections.Counter()
+    seen = {}
+    for (file, line, name), (_, calls, tottime, cumtime, _) in stats.items():
+        label = name if file == "~" else f"{name} ({file.rsplit('/', 1)[-1]}:{line})"
+        own[label] += tottime
+        seen[label] = (calls, cumtime)
+    return [(label, seen[label][0] / repeats, t * 1e3 / repeats, seen[label][1] * 1e3 / repeats)
+            for label, t in own.most_common(most)]  # fmt: skip
 
 
 def add_arguments(parser: argparse.ArgumentParser, *, gpu: bool) -> None:
@@ -133,13 +164,15 @@ def add_arguments(parser: argparse.ArgumentParser, *, gpu: bool) -> None:
     parser.add_argument("--repeats", type=positive_int, default=3, help="init + close per size; the median is shown")
     parser.add_argument("--transports", nargs="+", choices=TRANSPORTS, default=["auto"],
                         help="the transports whose init is timed (default auto)")  # fmt: skip
+    parser.add_argument("--profile-init", type=positive_int, default=0, metavar="N",
+                        help="also profile init + close and list the N functions with the most own time")  # fmt: skip
 
 
 def rank_main(args: argparse.Namespace) -> dict:
     """Both measurements in one process per rank: spawning ranks (torch import, CUDA context) costs
     seconds, and the init times are then the heap's own, not the process's start-up."""
     alloc, device = _alloc_rank(args.pairs)
-    init = {(t, size): _init_times(size, args.repeats, t) for t in dict.fromkeys(args.transports)
+    init = {(t, size): _init_times(size, args.repeats, t, args.profile_init) for t in dict.fromkeys(args.transports)
             for size in args.init_sizes}  # fmt: skip
     return {**alloc, "device": device, "init": init}
 
@@ -159,10 +192,16 @@ def report(results: dict[int, list], args: argparse.Namespace) -> int:
         rows.append({"bench": "alloc_free", "ranks": w, "device": dev, "full_us": f"{full:.3f}",
                      "allocator_us": f"{alone:.3f}", "torch_empty_us": f"{torch_us:.3f}",
                      "collective_calls": calls})  # fmt: skip
+    profiles = []
     for key in results[next(iter(results))][0]["init"]:
         size = key[1]
         for w, res in results.items():
             init_ms = max(r["init"][key]["init_ms"] for r in res)
+            if args.profile_init:  # the rank whose profiled inits took longest
+                slowest = max(res, key=lambda r: sum(own for _, _, own, _ in r["init"][key]["profile"]))
+                profiles += [{"transport": res[0]["init"][key]["transport"], "heap_bytes": size, "ranks": w,
+                              "function": f, "calls": c, "own_ms": o, "cum_ms": cum}
+                             for f, c, o, cum in slowest["init"][key]["profile"]]  # fmt: skip
             close_ms = max(r["init"][key]["close_ms"] for r in res)
             transport = res[0]["init"][key]["transport"]
             init.append({"ranks": w, "heap_bytes": size, "device": res[0]["device"], "transport": transport,
@@ -183,6 +222,14 @@ def report(results: dict[int, list], args: argparse.Namespace) -> int:
         [("ranks", "ranks", "d"), ("heap_bytes", "heap size", format_bytes), ("device", "device", ""),
          ("transport", "transport", ""), ("init_ms", "init ms", ".1f"), ("close_ms", "close ms", ".1f")],
     )  # fmt: skip
+    if profiles:
+        tables.print_table(
+            f"where init + close spends its time (cProfile, own time, top {args.profile_init}, slowest rank)",
+            profiles,
+            [("transport", "transport", ""), ("heap_bytes", "heap size", format_bytes), ("ranks", "ranks", "d"),
+             ("function", "function", ""), ("calls", "calls", ".0f"), ("own_ms", "own ms", ".3f"),
+             ("cum_ms", "cumulative ms", ".3f")],
+        )  # fmt: skip
     if args.csv:  # one column per key in sorted order, as tools/benchmarks.py's tables have it
         tables.write_csv(args.csv, rows, columns=sorted({k for r in rows for k in r}))
         print(f"wrote {args.csv}")

@@ -171,8 +171,8 @@ class Call:
         arguments.update(context_ptr=self.heap.context, sync=workspace.sync, CODE=code, NUMEL=numel, OFF_A=off_a,
                          OFF_B=off_b, SHAPE=shape, FLAGS=workspace.flags, SCOPE=workspace.scope,
                          TRACE=self.config.trace)  # fmt: skip
-        block, warps = self.shape.tile(kernel, arguments)
-        if grid is None and block is not None:
+        block, warps = self.shape.tile(kernel, arguments) if grid is None else (None, self.shape.warps)
+        if block is not None:
             arguments["BLOCK"] = block
         warps = warps if num_warps is None else num_warps
         args, constexprs = _launch.positional(kernel, arguments)

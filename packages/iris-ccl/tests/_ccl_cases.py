@@ -771,14 +771,15 @@ def auto_resolves_like_its_table(rank, world_size, backend):
 
 
 def shared_gpu_tile(rank, world_size, backend):
-    """Where ranks share a GPU (forced here on every rank, with 8 multiprocessors on CPU ranks: one_shot's chunk
-    below the bound is then above what it stages in its kernel),
-    every tiled launch runs at most one program per multiprocessor over the ranks, and a reduction
-    whose chunk gives each of those programs a ``SHARED_GPU_TILE`` runs that tile (16384 elements,
-    16 warps) unless the config sets the tile: just below and at that size, two_shot and one_shot
-    all_reduce and reduce_scatter match torch on and off the heap (ragged: the chunk is no
-    multiple of the tile), replayed from their plans, writing nothing outside their tensors. Returns
-    the (kernel, BLOCK, warps, programs) of every tiled launch, in order."""
+    """Where ranks share a GPU (forced here on every rank, with 8 multiprocessors on CPU ranks:
+    one_shot's chunk below the bound is then above what it stages in its kernel), every tiled
+    launch runs at most one program per multiprocessor over the ranks, and a reduction whose chunk
+    gives each of those programs a ``SHARED_GPU_TILE`` runs that tile (16384 elements, 16 warps)
+    unless the config sets the tile: just below and at that size, two_shot and one_shot all_reduce
+    and reduce_scatter match torch on and off the heap (ragged: the chunk is no multiple of the
+    tile), twice each, writing nothing outside their tensors. The configs are blocking, so no call
+    is planned: every call takes the full path and its launch is seen. Returns (kernel, BLOCK,
+    warps, programs within the cap) of every tiled launch, in order."""
     from _ccl_faults import Guarded
 
     from iris.ccl import call, launch_shape
@@ -816,7 +817,7 @@ def shared_gpu_tile(rank, world_size, backend):
             x = mem.tensor(torch.zeros(n), on, f"x ({n}, heap={on})")
             part = mem.tensor(torch.zeros(n // w), on, f"part ({n}, heap={on})")
             base = torch.arange(n, dtype=torch.float32) % 13
-            for _ in range(2):  # the second call replays the first one's plan
+            for _ in range(2):  # the second call chooses as the first did
                 x.copy_(base + rank)
                 ccl.all_reduce(x, config=ccl.Config(backend=backend, variant="two_shot", blocking=True))
                 _check(x, base * w + w * (w - 1) // 2, f"two_shot all_reduce of {n}")

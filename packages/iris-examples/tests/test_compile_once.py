@@ -59,9 +59,17 @@ def _compile_together(tmp_path, n, **extra):
 
 
 def test_processes_that_miss_together_compile_once(tmp_path):
-    results = _compile_together(tmp_path, 3)
+    log = tmp_path / "compiles.tsv"
+    results = _compile_together(tmp_path, 3, IRIS_COMPILE_LOG=str(log))
     assert sorted(r["compiled"] for r in results) == [0, 0, 1], results
     assert len({r["hash"] for r in results}) == 1
+    # the log: one compile, and a wait of each other process for it (it lasts as long as the compile)
+    lines = [line.split("\t") for line in log.read_text().splitlines()]
+    compiles = [line for line in lines if line[0] == "compile"]
+    waits = [line for line in lines if line[0] == "wait"]
+    assert len(compiles) == 1 and compiles[0][4] == "scale.json", lines
+    assert len(waits) == 2 and {w[3] for w in waits} != {compiles[0][3]}, lines
+    assert all(float(line[2]) >= 0 and float(line[1]) > 1e9 for line in lines), lines
 
 
 def test_a_waiter_compiles_itself_once_the_wait_runs_out(tmp_path):

@@ -12,6 +12,11 @@ compile raised keeps the lock until it starts its next compile (a process compil
 a time, so a lock it still holds then is a compile that ended without a result) or exits; a
 waiter gives up after ``WAIT`` seconds and compiles the kernel itself. A holder never waits for
 another lock, so no two processes wait for each other.
+
+With ``IRIS_COMPILE_LOG=FILE`` as well, every process appends a line to FILE for each compile it
+did (``compile``) and each wait for another's (``wait``): the wall-clock start, the seconds, the
+process id and the cache entry (the kernel's name), tab-separated, so that a GPU test run can
+say how much of its time was compiling.
 """
 
 from __future__ import annotations
@@ -28,9 +33,11 @@ __all__ = ["WAIT", "CompileOnce", "compiled_here"]
 #: itself (environment variable ``IRIS_COMPILE_WAIT``).
 WAIT = float(os.environ.get("IRIS_COMPILE_WAIT", "600"))
 _POLL = 0.02  # seconds between tries of a held lock
+_LOG = os.environ.get("IRIS_COMPILE_LOG")
 
 _held: dict[str, int] = {}  # lock path -> descriptor: the compile this process is doing
 _compiled: list[str] = []  # the cache keys this process compiled (for tests and logs)
+_started: dict[str, float] = {}  # lock path -> time.time() its compile began (for IRIS_COMPILE_LOG)
 
 
 def compiled_here() -> list[str]:
@@ -57,7 +64,11 @@ class CompileOnce(FileCacheManager):
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError:  # no lock file here (a read-only cache): compile, as Triton's own manager would
             return self._compiling(path, None)
-        if not _lock(fd, time.monotonic() + WAIT):
+        began = time.time()
+        locked = _lock(fd, time.monotonic() + WAIT)
+        if time.time() - began > 2 * _POLL:
+            _note("wait", began, filename)
+        if not locked:
             os.close(fd)  # the holder took too long: compile it here as well
             return self._compiling(path, None)
         group = super().get_group(filename)  # the holder's result, if it had one
@@ -70,16 +81,32 @@ class CompileOnce(FileCacheManager):
         try:
             return super().put_group(filename, group)
         finally:
-            fd = _held.pop(os.path.join(self.cache_dir, f"{filename}.compiling"), None)
+            path = os.path.join(self.cache_dir, f"{filename}.compiling")
+            fd = _held.pop(path, None)
             if fd is not None:
                 _unlock(fd)
+            if path in _started:
+                _note("compile", _started.pop(path), filename)
 
     def _compiling(self, path: str, fd: int | None):
         """None (a miss: the caller compiles), noting the compile and the lock held for it."""
         if fd is not None:
             _held[path] = fd
         _compiled.append(self.key)
+        _started[path] = time.time()
         return None
+
+
+def _note(what: str, began: float, filename: str) -> None:
+    """One line of ``IRIS_COMPILE_LOG`` (nothing without it; a log that cannot be written is skipped)."""
+    if not _LOG:
+        return
+    line = f"{what}\t{began:.3f}\t{time.time() - began:.3f}\t{os.getpid()}\t{filename}\n"
+    try:
+        with open(_LOG, "a") as f:
+            f.write(line)
+    except OSError:
+        pass
 
 
 def _lock(fd: int, deadline: float) -> bool:

@@ -32,8 +32,8 @@ at sys scope. Everything a wait polls (flags and descriptions) is read with atom
 Triton shares among a program's threads (Triton 3.6's PTX for a lane held by several threads: the
 one thread that runs the ``atom`` stores its result to shared memory, and after a barrier every
 thread holding that lane reads it there): a per-thread load of a word that a peer may be writing
-can give the warps of one program different values, and so different branches around a barrier
-(a variant that did so hung multi-program launches on an H200). Publishing the
+can give the warps of one program different values, and so different branches around a barrier,
+which hangs a multi-program launch. Publishing the
 description in the flag's own exchange and reading it in the flag's own poll saves the separate
 stores, the fence before the flag and the loads after it (the iris-ccl CHANGELOG, "The description
 travels with the entry flag", has what that saved). What

@@ -36,8 +36,7 @@ FALLBACK: Rows = ((AUTO_PUSH_BYTES, "one_shot_push"), (None, AUTO_ALL_REDUCE))
 
 #: (major, minor) compute capability -> {world size: rows}. sm_90: measured on an H100 80GB HBM3
 #: (ranks sharing it under MPS, ccl-bench's all_reduce sweep, queued device us per call, 5 timed
-#: iterations, at commit 30f4049, whose meeting bound was then 128 K elements): the rows
-#: ``auto_table`` printed. 4 ranks: one_shot_push / two_shot 9.5 / 11.0 at 1 KiB, 9.8 / 11.2 at
+#: iterations): the rows ``auto_table`` printed. 4 ranks: one_shot_push / two_shot 9.5 / 11.0 at 1 KiB, 9.8 / 11.2 at
 #: 4 KiB, 11.8 / 11.2 at 16 KiB (two_shot by 5 %), then two_shot (one_shot, rs_ag slower at every
 #: size: 64 KiB 12.6 against 18.0 and 26.1 us, 64 MiB 212 against 416 and 278). 2 ranks: 6.1 / 6.9
 #: at 1 KiB, 7.2 / 7.1 at 16 KiB (within the 3 % margin: push kept), 8.6 / 7.5 at 32 KiB, then

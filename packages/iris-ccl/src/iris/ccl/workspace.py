@@ -59,7 +59,7 @@ def _reserved(nbytes: int) -> int:
 
 def workspace_bytes(world_size: int, largest_input: int = 0, *, push_slots: bool = True) -> int:
     """The most heap the collectives reserve on each rank of a ``world_size``-rank heap, beside the
-    caller's tensors (``heap.reserve``; size a heap with it, as with ``heap.tracing.buffer_bytes``).
+    caller's tensors (``heap.reserve``; size a heap with it, as with ``iris.heap.tracing.buffer_bytes``).
 
     The sync block, reserved at a heap's first collective, and, when some collective's input is not
     on the heap, the staging it goes through: ``largest_input`` is the bytes of the largest such

@@ -34,7 +34,7 @@ chain" and each program of the throughput kernels an "atomic batch" (the peer; 4
 atomic), warm-up and timed launches alike: the timed figures then include the tracing. The local
 copies are not traced.
 
-(The Gluon half was ``gluon-rma-bench``, a name that still runs ``rma-bench --backend gluon``.)
+``gluon-rma-bench`` is a deprecated name for ``rma-bench --backend gluon``.
 """
 
 from __future__ import annotations
@@ -71,9 +71,9 @@ BACKENDS = ("triton", "gluon")
 
 MiB = 1 << 20
 OPS = ("load", "store", "get", "put", "copy")
-DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # gluon-rma-bench's names
-# The CSV keeps each backend's columns as rma-bench and gluon-rma-bench wrote them: tools/benchmarks.py
-# and earlier results read them.
+DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # short names --dtype takes
+# Each backend writes its own CSV columns: tools/benchmarks.py reads the Triton backend's (ratio_vs_local) and
+# the Gluon backend's (vs_triton, vs_local) by these names.
 TRITON_CSV_COLUMNS = ["rank", "section", "op", "bytes", "ranks", "ms", "GBps", "ratio_vs_local", "latency_us",
                       "ops_per_s", "transport"]  # fmt: skip
 GLUON_CSV_COLUMNS = ["size_bytes", "op", "impl", "ranks", "seconds", "rank_gbps", "total_gbps", "vs_local", "vs_triton",

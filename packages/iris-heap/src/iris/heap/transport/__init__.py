@@ -6,8 +6,8 @@ device, the first transport that serves its type (``Transport.device_types``). T
 ``cuda-ipc`` for CUDA devices and ``shm`` for CPU ones; a transport that should win over another
 on the same device type goes above it. ``cuda-vmm`` (heaps mapped by every rank through CUDA's
 virtual memory API) sits below ``cuda-ipc``, so it is chosen only by name: it costs a descriptor
-exchange and has not gained anything measured (it did not keep a killed peer's survivor's
-context under MPS, which it was built for). Modules are imported
+exchange and gains nothing measured over ``cuda-ipc`` (under MPS a killed peer's survivor loses
+its CUDA context on both: docs/architecture.md, "The cuda-vmm transport"). Modules are imported
 when first asked for, so a transport's dependencies (cuda-bindings) load only where it is chosen
 or listed.
 """

@@ -3,11 +3,10 @@ descriptor and mapped with CUDA's virtual memory management API.
 
 Why: under MPS, a ``cudaMalloc`` heap shared through CUDA IPC handles belongs to its owner's
 process. Here physical memory is reference-counted by allocation handles, exported descriptors and
-mappings: a rank's heap lives while any rank maps it. That was meant to let a survivor's
-collectives time out cleanly on a SIGKILLed peer under MPS, where with cuda-ipc the survivor loses
-its CUDA context; measured on an H100, the survivor loses it on this transport too (the MPS
-teardown of a client with a resident kernel, not the freed memory, is the likelier cause:
-docs/architecture.md, "The cuda-vmm transport").
+mappings: a rank's heap lives while any rank maps it, so a dead peer's memory stays mapped. It
+does not keep a survivor's CUDA context under MPS when a peer is SIGKILLed during a collective
+(measured on an H100, as with cuda-ipc: the MPS teardown of a client with a resident kernel, not
+freed memory, is the likelier cause; docs/architecture.md, "The cuda-vmm transport").
 
 How, on each rank: ``cuMemCreate`` (pinned device memory on this rank's device, exportable as a
 POSIX file descriptor, its size rounded up to the allocation granularity and to

@@ -7,7 +7,7 @@ control group. Nothing here has a name in the file system, so nothing outlives t
 
 Abstract socket names are not secret (``/proc/net/unix`` lists them), so a descriptor goes only
 to a process of our own user and comes only from one (``SO_PEERCRED``): the user is the boundary,
-as it was for the mode-0600 files this replaced. The exchange is bounded by ``EXCHANGE_TIMEOUT``
+as a file of mode 0600 would make it. The exchange is bounded by ``EXCHANGE_TIMEOUT``
 (a peer that dies closes its sockets, which its peers see at once; the bound is for a peer that
 is alive but stuck). A failure raises ``HeapError`` on the rank that saw it; the transport follows
 the exchange with a status exchange (``exchange_or_raise``) so that every rank fails together.

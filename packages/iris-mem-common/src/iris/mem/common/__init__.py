@@ -13,8 +13,7 @@ distributions: it keeps its names within a minor release, the range the mem laye
 where it is missing): the compile target as device code reads it (``target_builtin``,
 ``target_of``), the interpreter probe (``target.INTERPRETED``), the one
 ``InterpreterAtomicError`` with its per-layer dtype table, the clock and multiprocessor-id
-assembly per target, and the release differences (triton 3.6 -> 3.9), re-exported here under
-their old names: :func:`aggregate`, :func:`gluon_ast_source`, :func:`gluon_has_barrier`,
+assembly per target, and the release differences (triton 3.6 -> 3.9), re-exported here: :func:`aggregate`, :func:`gluon_ast_source`, :func:`gluon_has_barrier`,
 :func:`gluon_has_tma_async_load`. Each mem layer's own ``_internals`` tables what is its alone.
 
 **Interpreter patches** (both releases; this module is their fence, ``target``'s table lists them):

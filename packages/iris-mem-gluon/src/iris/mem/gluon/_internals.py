@@ -38,7 +38,9 @@ a GPU where it is asked to (compile-only checks, ``GluonASTSource``). So Gluon c
 call, whether it runs inside a CPU launch now: builtins through their ``target`` (``on_cpu``),
 constexpr functions through ``_cpu._state.launches`` (an attribute: Triton's dependency scan
 rejects calls from them). ``layouts.current_target`` asks a third question, which GPU the driver
-has (``triton.runtime.driver.active``: public enough, as Triton's tutorials call it).
+has (``triton.runtime.driver.active``: public enough, as Triton's tutorials call it), as a
+``triton.backends.compiler.GPUTarget``, the type ``triton.compile`` takes its target as (in every
+release 3.6 to 3.9; ``layouts.warp_size`` reads its ``warp_size``).
 """
 
 from __future__ import annotations

@@ -10,6 +10,10 @@
 #       parallel-tests-logs), one folder after another; MPS=1 starts NVIDIA's MPS daemon first
 #       when none runs (as root), so that the ranks sharing the GPU run side by side, and stops it
 #       at the end if it started it.
+#   IRIS_TEST_MAX_RANKS=4 JOBS=8 ... tools/gpu-tests.sh TESTS...
+#       each job keeps at most 4 rank processes alive (iris.testing.world.WorldPool) and runs its
+#       tests in world-size order, so twice the jobs fit under MPS's 48 clients a GPU (a job's
+#       session otherwise keeps 1 + 2 + 3 + 4 ranks): twice the compiles at once on a cold cache.
 # Either way each kernel specialization is compiled by one process while the others that need it
 # wait for the cache (iris.testing.compile_once; a TRITON_CACHE_MANAGER already set is kept): the
 # ranks of a test no longer compile the same kernel side by side.

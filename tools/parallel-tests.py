@@ -30,7 +30,8 @@ keeps one World per world size it ran (up to 1 + 2 + 3 + 4 = 10 processes with a
 up to 4 more). Past the limit CUDA refuses new processes ("CUDA-capable device(s) is/are busy or
 unavailable"): four jobs over iris-ccl peaked at 41 CUDA processes, eight reached the limit (31
 of 244 tests refused on an H100). A test whose failure report carries that message was refused,
-not failed: once the jobs have ended, the refused tests run again in half as many jobs, and again
+not failed (``IRIS_TEST_MAX_RANKS=4`` bounds a job's session to 4 rank processes, 5 with its own, plus
+what a test starts itself: ``iris.testing.world.WorldPool``): once the jobs have ended, the refused tests run again in half as many jobs, and again
 until none is refused or one job was refused too (logs ``DIR/retry<N>-job-<M>.log``); the totals
 and ``failed.txt`` count each test's last run, and the output says how many were retried. A test
 that failed any other way is never run again.

@@ -8,6 +8,10 @@ tree with ``packages/*/src`` on ``PYTHONPATH``) or by its ``pytest11`` entry poi
   fixes the mode when it runs, and the spawned ranks inherit the variable. Restored at the end
   of the session.
 - ``world``: spawned ranks kept per world size for the session (``world.run(fn, n, *args)``).
+  With ``IRIS_TEST_MAX_RANKS`` set, at most that many rank processes live at once
+  (``iris.testing.world.WorldPool``), and the session runs its tests in order of their
+  ``world_size`` parameter (tests without one first; otherwise collection order), so it starts
+  each world size about once.
 - ``compiler``: two compiled-mode processes (``TRITON_INTERPRET=0``) for compile-only checks, which
   need no GPU: rank r compiles for ``iris.testing.COMPILE_TARGETS[r]`` (NVIDIA, AMD).
 - ``backend``: each device backend to test (``IRIS_TEST_BACKEND`` picks one, as the noxfile's
@@ -24,7 +28,7 @@ import os
 import pytest
 import torch
 
-from iris.testing.world import World, WorldPool
+from iris.testing.world import World, WorldPool, default_max_ranks
 from iris.testing import COMPILE_TARGETS
 
 __all__ = ["backend", "backends", "compiler", "world"]
@@ -79,12 +83,21 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    if default_max_ranks() is not None:  # a bounded pool: each world size's tests together
+        items.sort(key=world_size_of)
     gpu = torch.cuda.is_available()
     for item in items:
         if "gpu" in item.keywords and not gpu:
             item.add_marker(pytest.mark.skip(reason="needs a CUDA device"))
         if "cpu_ranks" in item.keywords and gpu:
             item.add_marker(pytest.mark.skip(reason="checks CPU execution (CPU ranks only)"))
+
+
+def world_size_of(item) -> int:
+    """The ``world_size`` parameter of a collected test (0 where it has none)."""
+    callspec = getattr(item, "callspec", None)
+    size = callspec.params.get("world_size", 0) if callspec is not None else 0
+    return size if isinstance(size, int) and not isinstance(size, bool) else 0
 
 
 @pytest.fixture(scope="session")

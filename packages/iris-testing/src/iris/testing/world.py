@@ -15,6 +15,8 @@ examples' launcher raises it too).
 
 ``IRIS_TEST_TIMEOUT`` (seconds, default 900) bounds a call whose ``timeout`` is not given; it is
 read when a :class:`World` is made, so a bad value fails there, naming the variable.
+``IRIS_TEST_MAX_RANKS`` (unset: no bound) bounds the rank processes a :class:`WorldPool` keeps
+alive at once; it is read when the pool is made.
 
 Test support, not runtime: ``import iris.heap`` loads none of this (multiprocessing, pickle);
 each task's heaps are found through ``iris.heap.register_init_hook``.
@@ -34,9 +36,11 @@ import traceback
 
 from iris.heap.errors import RankFailedError, RankFailure
 
-__all__ = ["run", "World", "WorldPool", "RankFailedError", "RankFailure", "RemoteTraceback", "default_timeout"]
+__all__ = ["run", "World", "WorldPool", "RankFailedError", "RankFailure", "RemoteTraceback", "default_timeout",
+           "default_max_ranks"]  # fmt: skip
 
 _TIMEOUT_VARIABLE = "IRIS_TEST_TIMEOUT"
+_MAX_RANKS_VARIABLE = "IRIS_TEST_MAX_RANKS"
 _DEFAULT_TIMEOUT = 900.0  # seconds
 _GRACE = 5.0  # seconds the other ranks get to report once one rank has failed
 
@@ -48,6 +52,21 @@ class RemoteTraceback(Exception):
 
     def __str__(self) -> str:
         return self.args[0]
+
+
+def default_max_ranks() -> int | None:
+    """The rank processes a :class:`WorldPool` keeps alive at once: ``IRIS_TEST_MAX_RANKS``, or None
+    (no bound)."""
+    text = os.environ.get(_MAX_RANKS_VARIABLE)
+    if text is None or not text.strip():
+        return None
+    try:
+        ranks = int(text)
+    except ValueError:
+        ranks = 0
+    if ranks < 1:
+        raise ValueError(f"{_MAX_RANKS_VARIABLE}={text!r}: the bound is a positive whole number of rank processes")
+    return ranks
 
 
 def default_timeout() -> float:
@@ -201,6 +220,11 @@ class World:
             raise failure[1]
         return [results[r] for r in range(self.world_size)]
 
+    @property
+    def running(self) -> bool:
+        """Whether the ranks' processes are up (a closed world starts them again on its next run)."""
+        return bool(self._procs)
+
     def close(self, force: bool = False) -> None:
         """Stop the ranks (politely unless ``force``)."""
         if not force:
@@ -222,17 +246,47 @@ class World:
 
 
 class WorldPool:
-    """One :class:`World` per world size, started on first use (what a test session keeps)."""
+    """One :class:`World` per world size, started on first use (what a test session keeps).
 
-    def __init__(self, env: dict | None = None):
+    ``max_ranks`` (default :func:`default_max_ranks`): at most that many rank processes alive at
+    once. Starting a world that would pass it first stops the worlds used least recently (each
+    starts again when next used), so a session that needs worlds of 1 to 4 ranks keeps 4
+    processes, not 10: what lets more test sessions share one GPU under MPS, whose server takes
+    48 clients a GPU. A world larger than the bound still runs, alone. Sessions that bound their
+    worlds run their tests in world-size order (``iris.testing.plugin``), so they switch worlds a
+    few times, not at every test.
+    """
+
+    def __init__(self, env: dict | None = None, max_ranks: int | None = None):
         self.env = env
-        self._worlds: dict[int, World] = {}
+        self.max_ranks = default_max_ranks() if max_ranks is None else max_ranks
+        if self.max_ranks is not None and (isinstance(self.max_ranks, bool) or self.max_ranks < 1):
+            raise ValueError(f"max_ranks must be a positive int or None, got {max_ranks!r}")
+        self._worlds: dict[int, World] = {}  # least recently used first
 
     def run(self, fn, world_size: int, *args, timeout: float | None = None) -> list:
-        world = self._worlds.get(world_size)
+        world = self._worlds.pop(world_size, None)
         if world is None:
-            world = self._worlds[world_size] = World(world_size, env=self.env)
+            world = World(world_size, env=self.env)
+        self._worlds[world_size] = world  # now the most recently used
+        if not world.running:
+            self._make_room(world)
         return world.run(fn, *args, timeout=timeout)
+
+    def running_ranks(self) -> int:
+        """The rank processes alive in this pool's worlds."""
+        return sum(w.world_size for w in self._worlds.values() if w.running)
+
+    def _make_room(self, starting: World) -> None:
+        if self.max_ranks is None:
+            return
+        for world in list(self._worlds.values()):  # least recently used first
+            if self.running_ranks() + starting.world_size <= self.max_ranks:
+                return
+            if world is not starting and world.running:
+                _logger.debug("stopping the world of %d ranks: IRIS_TEST_MAX_RANKS=%d", world.world_size,
+                              self.max_ranks)  # fmt: skip
+                world.close()
 
     def close(self) -> None:
         for world in self._worlds.values():

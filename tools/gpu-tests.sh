@@ -9,7 +9,9 @@
 #       tools/parallel-tests.py (its logs, not-run.txt and failed.txt in DIR/<layer>, default
 #       parallel-tests-logs), one folder after another; MPS=1 starts NVIDIA's MPS daemon first
 #       when none runs (as root), so that the ranks sharing the GPU run side by side, and stops it
-#       at the end if it started it.
+#       at the end if it started it. The jobs are dealt by tools/gpu-test-times/<layer>.txt (seconds
+#       per test of an earlier run; without it, in turns); each run writes its own times into
+#       DIR/<layer>/times.txt, to replace that file with.
 #   IRIS_TEST_MAX_RANKS=4 JOBS=8 ... tools/gpu-tests.sh TESTS...
 #       each job keeps at most 4 rank processes alive (iris.testing.world.WorldPool) and runs its
 #       tests in world-size order, so twice the jobs fit under MPS's 48 clients a GPU (a job's
@@ -43,7 +45,8 @@ for tests in "${folders[@]}"; do
   layer="$(basename "$(dirname "$tests")")"
   echo "=== $tests ($JOBS jobs)"
   start=$(date +%s)
-  python3 tools/parallel-tests.py --jobs "$JOBS" ${TIMEOUT:+--timeout "$TIMEOUT"} \
+  times="tools/gpu-test-times/$layer.txt"  # an earlier run's seconds per test: the jobs are dealt by them
+  python3 tools/parallel-tests.py --jobs "$JOBS" ${TIMEOUT:+--timeout "$TIMEOUT"} --times "$times" \
     --logs "${LOGS:-parallel-tests-logs}/$layer" -- "$tests" "$@" || status=1
   echo "=== $tests: $(( $(date +%s) - start )) s"
 done

@@ -19,6 +19,12 @@ Prints each job's summary line and the totals, counted from the tests' own lines
 may print no summary); exits 1 if a test failed, errored, was refused (below) or did not run, or a
 job was stopped or ended other than by pytest's own exit.
 
+``--times FILE`` (seconds per test of an earlier run: ``tools/gpu-test-times/<layer>.txt``, which
+``tools/gpu-tests.sh`` passes where it exists) deals the longest tests first, each to the job with
+the least time so far, so the jobs end together: dealt in turns, a cold iris-ccl run's eight jobs
+ended between 297 and 429 s. The jobs then report their durations, and the run writes every
+test's into ``DIR/times.txt`` (this run's over the file's), to replace the file with.
+
 Tests marked ``alone`` (a process killed while its kernel runs: under MPS that faults the CUDA
 context of every process on the GPU, so a parallel job's tests would fail with it) are held back
 and run after the parallel jobs, in one job of their own (``DIR/job-alone.log``), before the same
@@ -43,6 +49,7 @@ import argparse
 import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -93,13 +100,51 @@ def _without_verbosity(pytest_args: list[str]) -> list[str]:
     return [a for a in pytest_args if not re.fullmatch(r"-[qv]+|--quiet|--verbose", a)]
 
 
-def _deal(ids: list[str], jobs: int) -> list[list[str]]:
-    """Round after round, one test to each job, every other round in reverse job order."""
+def _deal(ids: list[str], jobs: int, times: dict[str, float] | None = None) -> list[list[str]]:
+    """Round after round, one test to each job, every other round in reverse job order; with
+    ``times`` (seconds per test id, from an earlier run), longest first, each to the job with the
+    least time so far (a test without a time counts the median of those with one). Each job's
+    tests keep their collection order."""
     shards: list[list[str]] = [[] for _ in range(min(jobs, len(ids)))]
+    if times:
+        median = statistics.median([times[t] for t in ids if t in times] or [1.0])
+        weight = {t: times.get(t, median) for t in ids}
+        load = [0.0] * len(shards)
+        for test in sorted(ids, key=lambda t: -weight[t]):  # stable: ties in collection order
+            seat = load.index(min(load))
+            shards[seat].append(test)
+            load[seat] += weight[test]
+        order = {t: i for i, t in enumerate(ids)}
+        return [sorted(shard, key=order.__getitem__) for shard in shards]
     for i, test in enumerate(ids):
         turn, seat = divmod(i, len(shards))
         shards[seat if turn % 2 == 0 else len(shards) - 1 - seat].append(test)
     return shards
+
+
+_DURATION = re.compile(r"^([0-9.]+)s?\s+(?:(?:call|setup|teardown)\s+)?(\S+::\S.*?)\s*$")
+
+
+def read_times(path: str) -> dict[str, float]:
+    """Seconds per test id from ``path``: lines ``SECONDS TEST_ID`` (what ``--times`` writes) or
+    pytest's ``--durations`` lines (``1.23s call TEST_ID``: a test's phases add up)."""
+    times: dict[str, float] = {}
+    with open(path) as f:
+        for line in f:
+            m = _DURATION.match(line.strip())
+            if m:
+                times[m.group(2)] = times.get(m.group(2), 0.0) + float(m.group(1))
+    return times
+
+
+def _write_times(path: str, logs: list[str], earlier: dict[str, float]) -> None:
+    """``earlier`` updated with the durations the jobs' logs report, one ``SECONDS TEST_ID`` a line."""
+    times = dict(earlier)
+    for log in logs:
+        ran = read_times(log)
+        times.update(ran)
+    with open(path, "w") as f:
+        f.writelines(f"{times[t]:.2f} {t}\n" for t in sorted(times))
 
 
 _OUTCOMES = ("PASSED", "FAILED", "SKIPPED", "ERROR", "XFAIL", "XPASS")
@@ -147,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--timeout", type=float, default=None, help="seconds before a job gets SIGINT")
     parser.add_argument("--logs", default="parallel-tests-logs")
+    parser.add_argument("--times", help="seconds per test from an earlier run (see read_times): deal the longest "
+                        "first, each to the least loaded job; the run writes its own into LOGS/times.txt")  # fmt: skip
     parser.add_argument("pytest_args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     pytest_args = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
@@ -159,7 +206,11 @@ def main(argv: list[str] | None = None) -> int:
         if re.fullmatch(r"(retry\d+-)?job-(\d+|alone)\.(log|refused)", name):
             os.remove(os.path.join(args.logs, name))
     options = ["-v", *_without_verbosity(_options(pytest_args))]  # -v: each test's outcome by id
-    outcomes, ok = _round(ids, alone, args.jobs, options, args.logs, "", args.timeout)
+    times = None
+    if args.times is not None:
+        times = read_times(args.times) if os.path.exists(args.times) else {}
+        options += ["--durations=0", "--durations-min=0.5"]  # this run's times, for the next run's deal
+    outcomes, ok = _round(ids, alone, args.jobs, options, args.logs, "", args.timeout, times)
     jobs, retry = args.jobs, 0
     while True:
         refused = [t for t in ids if outcomes[t] == {"REFUSED"}]
@@ -183,15 +234,18 @@ def main(argv: list[str] | None = None) -> int:
     failed = [t for t in ids if outcomes[t] & {"FAILED", "ERROR", "REFUSED"}]
     _write_ids(os.path.join(args.logs, "not-run.txt"), not_run, ids, "tests not run")
     _write_ids(os.path.join(args.logs, "failed.txt"), failed, ids, "tests failed, errored or were refused")
+    if times is not None:
+        logs = [os.path.join(args.logs, n) for n in sorted(os.listdir(args.logs)) if n.endswith(".log")]
+        _write_times(os.path.join(args.logs, "times.txt"), logs, times)
     return 0 if ok and not failed and not not_run else 1
 
 
 def _round(ids: list[str], alone: list[str], jobs: int, options: list[str], logs: str, prefix: str,
-           timeout: float | None) -> tuple[dict[str, set[str]], bool]:  # fmt: skip
+           timeout: float | None, times: dict[str, float] | None = None) -> tuple[dict[str, set[str]], bool]:  # fmt: skip
     """``ids`` over ``jobs`` parallel jobs, then ``alone`` (a subset) in one job; logs named
     ``<prefix>job-N.log``. Each test's outcomes (``{"REFUSED"}``: it failed only because CUDA
     refused a process) and whether every job ended well."""
-    shards = _deal([t for t in ids if t not in alone], jobs)
+    shards = _deal([t for t in ids if t not in alone], jobs, times)
     print(f"{len(ids)} tests in {len(shards)} jobs" + (f", then {len(alone)} alone" if alone else "")
           + f" (logs in {logs}/{prefix}job-*.log)", flush=True)  # fmt: skip
     start = time.monotonic()

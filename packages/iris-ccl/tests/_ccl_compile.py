@@ -96,13 +96,15 @@ def cases(K):
     return out
 
 
-def compile_all(rank, world_size, target_name, backend):
+def compile_all(rank, world_size, target_name, backend, part=0, parts=1):
+    """Compile ``cases``' part ``part`` of ``parts`` (every ``parts``-th case from ``part``) for
+    ``target_name``: ``(cases compiled, failures)``."""
     K = importlib.import_module(f"iris.ccl._{backend}_kernels")
     if backend == "gluon":
         from iris.mem.gluon import GluonASTSource as Source
     else:
         Source = ASTSource
-    failures, all_cases = [], cases(K)
+    failures, all_cases = [], cases(K)[part::parts]
     for label, fn, sig, constexprs in all_cases:
         try:
             triton.compile(

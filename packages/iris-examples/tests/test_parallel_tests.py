@@ -167,6 +167,49 @@ def test_gpu_tests_with_jobs_runs_each_named_folder_through_the_runner(tmp_path)
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert "total: 3 passed of 3 tests" in done.stdout, done.stdout
-    assert sorted(os.listdir(tmp_path / "logs" / "some-layer")) == ["job-0.log", "job-1.log"]
+    # no tools/gpu-test-times/some-layer.txt: dealt in turns; this run's times written for the next
+    assert sorted(os.listdir(tmp_path / "logs" / "some-layer")) == ["job-0.log", "job-1.log", "times.txt"]
     usage = subprocess.run(["bash", script], env=env, capture_output=True, text=True, timeout=60)
     assert usage.returncode == 2 and "name the test folders" in usage.stderr
+
+
+def _tool_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("parallel_tests", TOOL)
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(TOOL.parent))  # its plugin module lies beside it
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(TOOL.parent))
+    return module
+
+
+def test_times_deal_the_longest_tests_first_to_the_least_loaded_job(tmp_path):
+    """With an earlier run's seconds per test the jobs' totals come out even (dealt in turns, the
+    two long tests of this selection share a job); a test without a time weighs the median; each
+    job keeps collection order. Both line formats are read, a test's phases add up."""
+    tool = _tool_module()
+    times_file = tmp_path / "times.txt"
+    times_file.write_text("# seconds per test\n9.0 t.py::a\n1.00s call t.py::c\n0.50s setup t.py::c\n"
+                          "8.0 t.py::e\n1.0 t.py::b\nnot a line\n")  # fmt: skip
+    times = tool.read_times(str(times_file))
+    assert times == {"t.py::a": 9.0, "t.py::c": 1.5, "t.py::e": 8.0, "t.py::b": 1.0}
+    ids = ["t.py::a", "t.py::b", "t.py::c", "t.py::d", "t.py::e"]
+    assert tool._deal(ids, 2) == [["t.py::a", "t.py::d", "t.py::e"], ["t.py::b", "t.py::c"]]  # in turns
+    # longest first: a (9) -> 0, e (8) -> 1, d (the median of 1, 1.5, 8, 9: 4.75) -> 1, c (1.5) -> 0, b -> 0
+    assert tool._deal(ids, 2, times) == [["t.py::a", "t.py::b", "t.py::c"], ["t.py::d", "t.py::e"]]
+
+
+def test_a_run_with_times_writes_every_test_s_seconds_for_the_next(tmp_path):
+    (tmp_path / "test_s.py").write_text("import time\n\ndef test_slow():\n    time.sleep(0.7)\n\n"
+                                        "def test_quick():\n    pass\n")  # fmt: skip
+    (tmp_path / "times.txt").write_text("5.00 test_s.py::test_gone\n")
+    done = _run(tmp_path, str(TOOL), "--jobs", "2", "--logs", "logs", "--times", "times.txt", "--", "test_s.py",
+                "-p", "no:cacheprovider")  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    written = (tmp_path / "logs" / "times.txt").read_text().splitlines()
+    assert written[0] == "5.00 test_s.py::test_gone"  # the earlier file's, kept
+    assert len(written) == 2 and written[1].endswith(" test_s.py::test_slow"), written  # >= 0.5 s only
+    assert 0.7 <= float(written[1].split()[0]) < 5, written

@@ -57,30 +57,30 @@ class RemoteTraceback(Exception):
 def default_max_ranks() -> int | None:
     """The rank processes a :class:`WorldPool` keeps alive at once: ``IRIS_TEST_MAX_RANKS``, or None
     (no bound)."""
-    text = os.environ.get(_MAX_RANKS_VARIABLE)
-    if text is None or not text.strip():
-        return None
-    try:
-        ranks = int(text)
-    except ValueError:
-        ranks = 0
-    if ranks < 1:
-        raise ValueError(f"{_MAX_RANKS_VARIABLE}={text!r}: the bound is a positive whole number of rank processes")
-    return ranks
+    return _from_environment(_MAX_RANKS_VARIABLE, int, lambda n: n >= 1,
+                             "the bound is a positive whole number of rank processes")  # fmt: skip
 
 
 def default_timeout() -> float:
     """Seconds a call may take when its ``timeout`` is not given: ``IRIS_TEST_TIMEOUT``, or 900."""
-    text = os.environ.get(_TIMEOUT_VARIABLE)
+    seconds = _from_environment(_TIMEOUT_VARIABLE, float, lambda t: 0 < t < float("inf"),
+                                "a test call's bound is a positive number of seconds")  # fmt: skip
+    return _DEFAULT_TIMEOUT if seconds is None else seconds
+
+
+def _from_environment(name: str, parse, valid, wants: str):
+    """``parse`` of environment variable ``name`` (None where it is unset or blank); a value that does
+    not parse or is not ``valid`` raises ValueError naming the variable and what it ``wants``."""
+    text = os.environ.get(name)
     if text is None or not text.strip():
-        return _DEFAULT_TIMEOUT
+        return None
     try:
-        seconds = float(text)
+        value = parse(text)
     except ValueError:
-        seconds = float("nan")
-    if not seconds > 0 or seconds == float("inf"):
-        raise ValueError(f"{_TIMEOUT_VARIABLE}={text!r}: a test call's bound is a positive number of seconds")
-    return seconds
+        value = None
+    if value is None or not valid(value):  # float("nan") is not valid either
+        raise ValueError(f"{name}={text!r}: {wants}")
+    return value
 
 
 def _free_port() -> int:

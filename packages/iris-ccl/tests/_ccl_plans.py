@@ -342,3 +342,36 @@ def reserved_within_workspace_bytes(rank: int, w: int, backend) -> dict:
     return {"sync": sync_only, "sync bound": ccl.workspace_bytes(w, push_slots=False), "staged": staged,
             "staged bound": ccl.workspace_bytes(w, largest, push_slots=False), "pushed": pushed,
             "pushed bound": ccl.workspace_bytes(w, largest)}  # fmt: skip
+
+
+def failed_replay(rank, world_size, backend):
+    """A loop's replayed plan whose launch raises (``plans.replay_recent``, which counts and guards
+    its launches itself, not through ``Workspace.launching``): the call raises that error, the next
+    one says the collectives need reset(), and after reset() the call is right again."""
+    heap = iris.heap.init(HEAP_SIZE)
+    c = cfg(backend)
+    xs = [sample((12,), torch.float32, 7, r) for r in range(world_size)]
+    x = heap.empty(12)
+    x.copy_(xs[rank])
+    for _ in range(2):  # the second call replays the first's plan
+        ccl.all_reduce(x, config=c)
+    settle(heap)
+    (plan,) = workspace_of(heap).plans.values()
+    launched = workspace_of(heap).launched
+
+    def refused(*grid_stream_and_args):
+        raise RuntimeError("the launch failed")
+
+    steps = plan.steps
+    plan.steps = [("launch", refused, 1, 1, 1, ())]  # a launch step (Plan.run) that raises
+    out = {"first": summary(raised(lambda: ccl.all_reduce(x, config=c)))}
+    out["counted"] = workspace_of(heap).launched - launched  # the failed launches are counted
+    plan.steps = steps
+    out["second"] = summary(raised(lambda: ccl.all_reduce(x, config=c)))
+    dist.barrier()
+    ccl.reset()
+    x.copy_(xs[rank])
+    ccl.all_reduce(x, config=c)
+    settle(heap)
+    out["right"] = same(x, reference_reduce(xs, "sum"))
+    return out

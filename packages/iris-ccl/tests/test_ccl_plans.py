@@ -129,3 +129,13 @@ def test_workspace_bytes_refuses_what_is_not_a_size():
         ccl.workspace_bytes(2, -1)
     staging, mib = ccl.workspace_bytes(4, 1 << 20) - ccl.workspace_bytes(4), 1 << 20  # (push slots in both)
     assert 2 * 2 * mib < staging < 2 * 4 * mib + 2 * 22 * 256  # two roles, each between 2x and 4x, rounded
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_a_replayed_launch_that_fails_raises_and_leaves_the_collectives_to_reset(world, backend, world_size):
+    for rank, res in enumerate(world.run(P.failed_replay, world_size, backend)):
+        assert res["first"] is not None and res["first"]["type"] == "RuntimeError", f"rank {rank}: {res}"
+        assert "the launch failed" in res["first"]["message"], f"rank {rank}: {res}"
+        assert res["counted"] >= 1, f"rank {rank}: {res}"
+        assert res["second"] is not None and "reset()" in res["second"]["message"], f"rank {rank}: {res}"
+        assert res["right"], f"rank {rank}: {res}"

@@ -248,7 +248,11 @@ def replay_recent(heap, name: str, config, scalars: tuple, tensors: tuple) -> bo
 
 
 def _run(workspace: Workspace, plan: Plan, tensors: tuple) -> None:
-    """``plan``'s launches, once the collectives are ready, counted as launched."""
+    """``plan``'s launches, once the collectives are ready, counted as launched (``Workspace.launching``
+    written out: it runs on every call of a loop)."""
     workspace.check_ready(plan.name)
-    with workspace.launching(plan.name, plan.launches):
+    workspace.record(plan.name, plan.launches)
+    try:
         plan.run(tensors)
+    except BaseException as e:
+        workspace.launch_failed(plan.name, e)

@@ -192,12 +192,18 @@ class Workspace:
         try:
             yield
         except BaseException as e:
-            self.mark_broken(f"a failure inside {name}'s launch ({type(e).__name__}: {e})")
-            heap = self._heap()
-            lost = heap.explain_failure(f"{name}'s launch", e) if heap is not None else None
-            if lost is not None:
-                raise lost from e
-            raise
+            self.launch_failed(name, e)
+
+    def launch_failed(self, name: str, e: BaseException):
+        """``launching``'s failure path, for a caller that counts its launches itself (``record``)
+        and calls this from its ``except`` (a plan's replay: no generator around every launch):
+        marks the collectives broken and raises ``PeerLostError`` from ``e``, or ``e`` itself."""
+        self.mark_broken(f"a failure inside {name}'s launch ({type(e).__name__}: {e})")
+        heap = self._heap()
+        lost = heap.explain_failure(f"{name}'s launch", e) if heap is not None else None
+        if lost is not None:
+            raise lost from e
+        raise e
 
     def keep_plan(self, key, plan, limit: int = 256) -> None:
         """Keep ``plan`` for calls with ``key``; beyond ``limit`` plans the oldest is dropped."""
